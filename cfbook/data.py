@@ -1,0 +1,357 @@
+"""MNIST as flat on-device tensors, and a loader that batches and shuffles on the device.
+
+The whole (small) data set is moved to the accelerator once; every batch is then a slice of tensors
+that already live there, so training never pays for a per-batch host-to-device copy.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torchvision.datasets.mnist import read_image_file, read_label_file
+from torchvision.datasets.utils import check_integrity
+
+__all__ = ["DeviceLoader", "MNISTData", "find_data_dir", "load_mnist"]
+
+IMAGE_SIDE = 28
+N_FEATURES = IMAGE_SIDE * IMAGE_SIDE
+DOWNLOAD_TIMEOUT_S = 10.0
+
+# (images file, labels file, number of samples) per split; MD5s are those of the official .gz files.
+_SPLITS = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", 60_000),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 10_000),
+}
+_MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+
+
+def find_data_dir() -> Path:
+    """Locate the data folder (MNIST/raw plus training logs) so notebooks in book/ find it too.
+
+    Order: $CFBOOK_DATA_DIR, then the first ``data/`` holding ``MNIST/raw`` found walking up from
+    the working directory, then the ``data/`` folder of the repository this package lives in.
+    """
+    env = os.environ.get("CFBOOK_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    cwd = Path.cwd().resolve()
+    for folder in (cwd, *cwd.parents):
+        if (folder / "data" / "MNIST" / "raw").is_dir():
+            return folder / "data"
+    return Path(__file__).resolve().parents[1] / "data"
+
+
+class DeviceLoader:
+    """Mini-batches of on-device tensors, shuffled by a generator on the same device.
+
+    ``state_dict()`` captures the generator and the position inside an epoch, so a loader restored
+    with ``load_state_dict()`` continues with exactly the batches an uninterrupted run would yield.
+    """
+
+    def __init__(
+        self, x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool = True, seed: int = 0
+    ) -> None:
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"x and y differ in length: {x.shape[0]} vs {y.shape[0]} samples")
+        if x.device != y.device:
+            raise ValueError(f"x and y must be on one device, got {x.device} and {y.device}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.x, self.y = x, y
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self._generator = torch.Generator(device=x.device)
+        self._generator.manual_seed(seed)
+        # Generator state before this epoch's permutation and batches handed out so far (None:
+        # between epochs); _resume holds the same pair after load_state_dict until the next epoch.
+        self._epoch_start: torch.Tensor | None = None
+        self._served = 0
+        self._resume: tuple[torch.Tensor, int] | None = None
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole data set, for code that indexes it directly (e.g. counterfactual pools)."""
+        return self.x, self.y
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    def __len__(self) -> int:
+        return math.ceil(self.x.shape[0] / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n, bs = self.x.shape[0], self.batch_size
+        if self._resume is not None:
+            start_state, first = self._resume
+            self._resume = None
+            self._generator.set_state(start_state)
+        else:
+            start_state, first = self._generator.get_state(), 0
+        order = None
+        if self.shuffle:
+            order = torch.randperm(n, generator=self._generator, device=self.x.device)
+        self._epoch_start, self._served = start_state, first
+        try:
+            for b in range(first, len(self)):
+                self._served = b + 1
+                if order is None:
+                    yield self.x[b * bs : (b + 1) * bs], self.y[b * bs : (b + 1) * bs]
+                else:
+                    idx = order[b * bs : (b + 1) * bs]
+                    yield self.x[idx], self.y[idx]
+        finally:
+            # An abandoned iteration (e.g. next(iter(loader))) counts as a finished epoch, as it
+            # does for an uninterrupted loader: the next one draws a fresh permutation either way.
+            # (Only if no newer iteration has taken over the bookkeeping meanwhile.)
+            if self._epoch_start is start_state:
+                self._epoch_start, self._served = None, 0
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume the batch order exactly (safe to torch.save)."""
+        if self._resume is not None:
+            state, served = self._resume
+        elif self._epoch_start is not None and self._served < len(self):
+            state, served = self._epoch_start, self._served
+        else:  # between epochs (or after the last batch): the next epoch draws a fresh permutation
+            state, served = self._generator.get_state(), 0
+        return {
+            "generator": state.clone(),
+            "batches_served": served,
+            "n": self.x.shape[0],
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "device_type": self.x.device.type,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a position saved by ``state_dict()``; the next iteration continues from there."""
+        expected = {
+            "n": self.x.shape[0],
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "device_type": self.x.device.type,
+        }
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"loader state does not fit this loader: {key}={state.get(key)!r} in the saved "
+                    f"state, {value!r} here"
+                )
+        generator_state = state["generator"].cpu()
+        self._generator.set_state(generator_state)
+        served = int(state["batches_served"])
+        self._resume = (generator_state, served) if served else None
+        self._epoch_start, self._served = None, 0
+
+
+@dataclass
+class MNISTData:
+    """Flat MNIST on one device: ``x`` is (n, 784) float32 in [-1, 1], ``y`` int64 labels 0-9."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    source: str
+    domain: list[tuple[float, float]] = field(default_factory=lambda: [(-1.0, 1.0)] * N_FEATURES)
+
+    def loader(self, batch_size: int = 128, shuffle: bool = True, seed: int = 0) -> DeviceLoader:
+        """Training batches (shuffled on the device)."""
+        return DeviceLoader(self.x, self.y, batch_size, shuffle=shuffle, seed=seed)
+
+    def val_loader(self, batch_size: int = 1024) -> DeviceLoader:
+        """Held-out batches in a fixed order, for accuracy checks."""
+        return DeviceLoader(self.x_val, self.y_val, batch_size, shuffle=False)
+
+
+def _where_to_put(raw: Path, files: tuple[str, ...]) -> str:
+    return (
+        f"Put the official MNIST files {', '.join(files)} into {raw} (the repository ships the "
+        "test split in data/MNIST/raw), set CFBOOK_DATA_DIR to a folder holding MNIST/raw, "
+        "or pass download=True when online."
+    )
+
+
+def _decompress(gz_path: Path, target: Path) -> None:
+    """gunzip next to the archive via a temporary file: concurrent readers never see half a file."""
+    tmp: str | None = None
+    try:
+        with (
+            gzip.open(gz_path, "rb") as src,
+            tempfile.NamedTemporaryFile(
+                dir=target.parent, prefix=target.name + ".", suffix=".tmp", delete=False
+            ) as dst,
+        ):
+            tmp = dst.name
+            shutil.copyfileobj(src, dst)
+        os.replace(tmp, target)
+    except (OSError, EOFError) as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise OSError(
+            f"could not decompress {gz_path} into {target.parent}: {err}. Make that folder "
+            "writable or set CFBOOK_DATA_DIR to a writable copy of the data folder."
+        ) from err
+
+
+def _prepare_file(raw: Path, name: str, n_samples: int, header: int, row: int) -> Path | None:
+    """Return the uncompressed file, verified via its .gz checksum; None if neither form exists."""
+    target, gz_path = raw / name, raw / f"{name}.gz"
+    if gz_path.is_file():
+        if not check_integrity(str(gz_path), _MD5[gz_path.name]):
+            raise ValueError(
+                f"checksum mismatch for {gz_path} (expected MD5 {_MD5[gz_path.name]}): the file "
+                "is corrupt or not the official one. Delete it, then "
+                + _where_to_put(raw, (gz_path.name,))
+            )
+        if not target.is_file() or target.stat().st_size != header + n_samples * row:
+            _decompress(gz_path, target)
+        return target
+    return target if target.is_file() else None
+
+
+def _locate_split(raw: Path, split: str) -> tuple[Path, Path] | None:
+    """Verified (images, labels) files of a split, None if the split is absent altogether."""
+    images_name, labels_name, n_samples = _SPLITS[split]
+    images = _prepare_file(raw, images_name, n_samples, 16, N_FEATURES)
+    labels = _prepare_file(raw, labels_name, n_samples, 8, 1)
+    if images is None and labels is None:
+        return None
+    if images is None or labels is None:
+        missing = images_name if images is None else labels_name
+        raise FileNotFoundError(
+            f"MNIST {split} split is incomplete: {missing}(.gz) is missing from {raw}. "
+            + _where_to_put(raw, (f"{images_name}.gz", f"{labels_name}.gz"))
+        )
+    return images, labels
+
+
+def _read_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read an idx image/label pair and check it is MNIST-shaped (28x28 images, labels 0-9)."""
+    try:
+        images = read_image_file(str(images_path))
+        labels = read_label_file(str(labels_path))
+    except (AssertionError, TypeError, ValueError, KeyError, IndexError, RuntimeError) as err:
+        raise ValueError(
+            f"could not read MNIST files {images_path} / {labels_path} ({err!r}); delete them and "
+            "restore the official .gz files."
+        ) from err
+    if tuple(images.shape[1:]) != (IMAGE_SIDE, IMAGE_SIDE) or images.shape[0] != labels.shape[0]:
+        raise ValueError(
+            f"{images_path} holds images of shape {tuple(images.shape)} and {labels_path} "
+            f"{labels.shape[0]} labels; expected N x 28 x 28 images with N labels."
+        )
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) > 9):
+        raise ValueError(f"{labels_path} holds labels outside 0-9; restore the official file.")
+    return images, labels
+
+
+def _download_train(root: Path) -> None:
+    """Fetch the training split with torchvision; a socket timeout makes offline fail fast."""
+    from torchvision.datasets import MNIST
+
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        MNIST(str(root), train=True, download=True)
+    except (RuntimeError, OSError) as err:
+        raise RuntimeError(
+            f"could not download the MNIST training split into {root / 'MNIST' / 'raw'} "
+            f"(offline?): {err}. Use download=False to train on the shipped test split, or copy "
+            "train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz there by hand."
+        ) from err
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def load_mnist(
+    n: int | None = None,
+    *,
+    device: str | torch.device = "cpu",
+    seed: int = 42,
+    root: str | Path | None = None,
+    download: bool = False,
+    val_fraction: float = 0.2,
+    verbose: bool = True,
+) -> MNISTData:
+    """Load a seeded subset of ``n`` training samples plus a held-out set, already on ``device``.
+
+    The full 60k training split is used if its files are under ``<root>/MNIST/raw`` or with
+    ``download=True``; otherwise the official 10k test split shipped with the repository is split
+    into disjoint training and held-out parts. The held-out set is always the first
+    ``val_fraction`` of a seeded permutation of the test split, so it holds the same images
+    whichever source supplies the training samples.
+    """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer or None (all samples), got {n!r}")
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
+    root = Path(root).expanduser() if root is not None else find_data_dir()
+    raw = root / "MNIST" / "raw"
+    device = torch.device(device)
+
+    test_files = _locate_split(raw, "test")
+    if test_files is None:
+        names = tuple(f"{name}.gz" for name in _SPLITS["test"][:2])
+        raise FileNotFoundError(
+            f"MNIST test split not found in {raw}. " + _where_to_put(raw, names)
+        )
+    train_files = _locate_split(raw, "train")
+    if train_files is None and download:
+        _download_train(root)
+        train_files = _locate_split(raw, "train")
+
+    generator = torch.Generator().manual_seed(seed)
+    test_images, test_labels = _read_split(*test_files)
+    test_order = torch.randperm(test_images.shape[0], generator=generator)
+    n_val = round(test_images.shape[0] * val_fraction)
+    val_idx = test_order[:n_val]
+    if train_files is not None:
+        pool_images, pool_labels = _read_split(*train_files)
+        pool_idx = torch.randperm(pool_images.shape[0], generator=generator)
+        source = f"MNIST training split ({pool_images.shape[0]} images in {raw})"
+    else:
+        pool_images, pool_labels = test_images, test_labels
+        pool_idx = test_order[n_val:]
+        source = (
+            f"MNIST official test split ({test_images.shape[0]} images in {raw}), seeded into "
+            "training and held-out parts; the full training split is used when its files are "
+            "present or with download=True"
+        )
+    available = pool_idx.shape[0]
+    if n is not None and n > available:
+        raise ValueError(f"n={n} exceeds the {available} training samples available from {source}")
+    train_idx = pool_idx[: available if n is None else n]
+
+    def to_device(images: torch.Tensor) -> torch.Tensor:
+        # Move uint8 (4x fewer bytes), then scale on the device: x/255*2-1 maps [0, 255] to [-1, 1].
+        flat = images.reshape(images.shape[0], N_FEATURES).to(device)
+        return flat.float().div_(255.0).mul_(2.0).sub_(1.0)
+
+    data = MNISTData(
+        x=to_device(pool_images[train_idx]),
+        y=pool_labels[train_idx].to(device),
+        x_val=to_device(test_images[val_idx]),
+        y_val=test_labels[val_idx].to(device),
+        source=source,
+    )
+    if verbose:
+        n_train = data.x.shape[0]
+        print(f"Loaded {n_train} training / {n_val} held-out samples on {device} from {source}")
+    return data

@@ -1,0 +1,281 @@
+"""Counterfactual search with the ECCo-style gradient generator of CounterfactualTraining.jl.
+
+``NativeGenerator`` searches a whole ``N x D`` batch at once on the model's device;
+``ReferenceGenerator`` walks one sample at a time and is the oracle the batched search is tested
+against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
+from cfbook.constraints import Constraints, Domain, Mutability, make_constraints
+
+# Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
+ENERGY_RIDGE = 1e-3
+
+
+@dataclass
+class CounterfactualResult:
+    """Per sample: final point, nascent (adversarial) point, validity, steps taken."""
+
+    counterfactual: Tensor
+    nascent: Tensor
+    valid: Tensor
+    iterations: Tensor
+
+    def __len__(self) -> int:
+        return self.counterfactual.shape[0]
+
+    @staticmethod
+    def cat(parts: list[CounterfactualResult]) -> CounterfactualResult:
+        if len(parts) == 1:
+            return parts[0]
+        return CounterfactualResult(
+            *(torch.cat([getattr(p, name) for p in parts]) for name in _RESULT_FIELDS)
+        )
+
+
+_RESULT_FIELDS = ("counterfactual", "nascent", "valid", "iterations")
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Search in eval mode (BatchNorm on running statistics), then restore every module's mode."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def model_device(model: nn.Module) -> torch.device | None:
+    """The device of the model's first parameter or buffer, if it has any."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return None
+
+
+@dataclass(frozen=True)
+class SearchParameters:
+    """Settings shared by both generators; defaults are those of ALGORITHM.md."""
+
+    maxiter: int = 30
+    tau: float = 0.75
+    lambda_cost: float = 0.001
+    lambda_energy: float = 5.0
+    step_size: float = 0.1
+    epsilon: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.maxiter, int) or self.maxiter < 0:
+            raise ValueError(f"maxiter must be a non-negative integer, got {self.maxiter!r}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must lie in (0, 1], got {self.tau!r}")
+        for name in ("lambda_cost", "lambda_energy", "epsilon"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)!r}")
+        if not self.step_size > 0:
+            raise ValueError(f"step_size must be positive, got {self.step_size!r}")
+
+    def energy_weight(self, t: int) -> float:
+        """``lambda_energy * phi_t``: the energy penalty decays polynomially over the iterations."""
+        b = round(self.maxiter / 25)
+        return self.lambda_energy * (b / 10) * (b + t + 1) ** -0.9
+
+
+def count_classes(model: nn.Module, x: Tensor) -> int:
+    """Number of classes the model outputs, from one sample in eval mode."""
+    with torch.no_grad(), eval_mode(model):
+        return model(x[:1]).shape[1]
+
+
+def _prepare(
+    model: nn.Module, x: Tensor, target: Tensor, domain: Domain, mutability: Mutability
+) -> tuple[Tensor, Tensor, Constraints]:
+    """Check shapes and classes once, outside the search loop; move inputs to the model's device."""
+    if not isinstance(x, Tensor) or x.ndim != 2 or not x.is_floating_point():
+        raise ValueError("x must be a floating-point tensor of shape (n_samples, n_features)")
+    device = model_device(model) or x.device
+    x = x.detach().to(device)
+    target = torch.as_tensor(target, device=device)
+    if target.shape != (x.shape[0],) or target.is_floating_point():
+        raise ValueError(
+            f"target must hold one integer class per sample: shape ({x.shape[0]},), "
+            f"got {tuple(target.shape)} of {target.dtype}"
+        )
+    target = target.long()
+    if x.shape[0]:
+        n_classes = count_classes(model, x)
+        low, high = int(target.min()), int(target.max())
+        if low < 0 or high >= n_classes:
+            raise ValueError(f"target classes must lie in [0, {n_classes - 1}], got {low}..{high}")
+    return x, target, make_constraints(domain, mutability, x.shape[1], device=device, dtype=x.dtype)
+
+
+@dataclass(frozen=True)
+class NativeGenerator(SearchParameters):
+    """Batched search: all samples step together, converged ones are frozen and, every
+    ``compact_every`` iterations, dropped from the batch so they stop costing compute.
+
+    Inside the loop nothing waits for the device; the only host synchronisations are the
+    compaction points. ``cf_batchsize`` bounds the rows searched at once (peak memory).
+    """
+
+    cf_batchsize: int | None = None
+    compact_every: int = 5
+    amp: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.cf_batchsize is not None and self.cf_batchsize < 1:
+            raise ValueError(f"cf_batchsize must be a positive int, got {self.cf_batchsize!r}")
+        if self.compact_every < 1:
+            raise ValueError(f"compact_every must be a positive int, got {self.compact_every!r}")
+
+    def generate(
+        self,
+        model: nn.Module,
+        x: Tensor,
+        target: Tensor,
+        *,
+        domain: Domain = None,
+        mutability: Mutability = None,
+        cf_batchsize: int | None = None,
+    ) -> CounterfactualResult:
+        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,)."""
+        x, target, constraints = _prepare(model, x, target, domain, mutability)
+        check_amp(self.amp, x.device)
+        chunk = cf_batchsize or self.cf_batchsize or max(x.shape[0], 1)
+        with eval_mode(model):
+            parts = [
+                self._search(model, x[s : s + chunk], target[s : s + chunk], constraints)
+                for s in range(0, max(x.shape[0], 1), chunk)
+            ]
+        return CounterfactualResult.cat(parts)
+
+    def _search(
+        self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
+    ) -> CounterfactualResult:
+        n = x0.shape[0]
+        x, nascent = x0.clone(), x0.clone()
+        active = torch.ones(n, dtype=torch.bool, device=x0.device)
+        iterations = torch.zeros(n, dtype=torch.long, device=x0.device)
+        rows = torch.arange(n, device=x0.device)
+        # The working set: rows still being searched (all of them until the first compaction).
+        xw, x0w, tw, aw, nw, iw = x, x0, target[:, None], active, nascent, iterations
+        scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
+
+        def write_back() -> None:
+            x[rows], nascent[rows], active[rows], iterations[rows] = xw, nw, aw, iw
+
+        for t in range(self.maxiter):
+            if t and t % self.compact_every == 0:
+                keep = aw.nonzero().squeeze(1)  # host sync: only at compaction points
+                if keep.numel() < rows.numel():
+                    write_back()
+                    rows = rows[keep]
+                    xw, x0w, tw, aw, nw, iw = (v[keep] for v in (xw, x0w, tw, aw, nw, iw))
+                if not rows.numel():
+                    break
+            xw = xw.detach().requires_grad_(True)
+            with autocast(self.amp, x0.device):
+                logits = model(xw).float()
+            with torch.no_grad():
+                probs = logits.softmax(1)
+                aw = aw & (probs.gather(1, tw).squeeze(1) < self.tau)
+                # d(loss)/d(logits): cross-entropy p - onehot, plus the energy term on the target.
+                weight = self.energy_weight(t)
+                z_t = logits.gather(1, tw)
+                probs.scatter_add_(1, tw, -1.0 - weight * (1.0 - 2 * ENERGY_RIDGE * z_t))
+                if scale != 1.0:
+                    probs.mul_(scale)
+            (grad,) = torch.autograd.grad(logits, xw, probs)
+            with torch.no_grad():
+                xw = xw.detach()
+                grad = torch.nan_to_num(grad.float(), nan=0.0)
+                if scale != 1.0:
+                    grad.div_(scale)
+                if self.lambda_cost:
+                    grad.add_(torch.sign(xw - x0w), alpha=self.lambda_cost)
+                step = c.mask_step(grad.mul_(-self.step_size))
+                xw = torch.where(aw[:, None], c.clamp(xw + step), xw)
+                iw = iw + aw
+                within = (xw - x0w).abs().amax(1, keepdim=True) <= self.epsilon
+                nw = torch.where(within, xw, nw)
+        if rows.numel():
+            with torch.no_grad(), autocast(self.amp, x0.device):
+                probs = model(xw).float().softmax(1)
+            aw = aw & (probs.gather(1, tw).squeeze(1) < self.tau)
+        write_back()
+        return CounterfactualResult(x, nascent, ~active, iterations)
+
+
+@dataclass(frozen=True)
+class ReferenceGenerator(SearchParameters):
+    """The same search, one sample at a time with autograd on the full loss: slow and plain,
+    the oracle for tests and the baseline for benchmarks."""
+
+    def generate(
+        self,
+        model: nn.Module,
+        x: Tensor,
+        target: Tensor,
+        *,
+        domain: Domain = None,
+        mutability: Mutability = None,
+    ) -> CounterfactualResult:
+        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,), sample by sample."""
+        x, target, constraints = _prepare(model, x, target, domain, mutability)
+        results = []
+        with eval_mode(model):
+            for i in range(x.shape[0]):
+                one = slice(i, i + 1)
+                results.append(self._search_one(model, x[one], target[one], constraints))
+        if not results:
+            return CounterfactualResult(x, x, target.bool(), target)
+        return CounterfactualResult(
+            *(torch.cat([r[k] for r in results]) for k in range(len(_RESULT_FIELDS)))
+        )
+
+    def _converged(self, logits: Tensor, target: Tensor) -> bool:
+        return bool(logits.softmax(1)[0, target[0]] >= self.tau)
+
+    def _search_one(
+        self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        x, nascent, steps = x0.clone(), x0.clone(), 0
+        for t in range(self.maxiter):
+            x.requires_grad_(True)
+            logits = model(x)
+            if self._converged(logits.detach(), target):
+                break
+            energy = -logits[0, target[0]]
+            loss = (
+                nn.functional.cross_entropy(logits, target, reduction="sum")
+                + self.lambda_cost * (x - x0).abs().sum()
+                + self.energy_weight(t) * (energy + ENERGY_RIDGE * energy**2)
+            )
+            (grad,) = torch.autograd.grad(loss, x)
+            with torch.no_grad():
+                step = c.mask_step(-self.step_size * torch.nan_to_num(grad, nan=0.0))
+                x = c.clamp(x + step)
+            steps += 1
+            if (x - x0).abs().max() <= self.epsilon:
+                nascent = x.clone()
+        with torch.no_grad():
+            valid = self._converged(model(x), target)
+        return (
+            x.detach(),
+            nascent,
+            torch.tensor([valid], device=x.device),
+            torch.tensor([steps], device=x.device),
+        )

@@ -1,0 +1,85 @@
+"""The per-epoch training log, and its JSON form on disk."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from cfbook.atomic import atomic_write_text
+
+LOG_FORMAT_VERSION = 1
+
+
+@dataclass
+class EpochRecord:
+    """One epoch's figures; ``None`` marks a figure that was not computed that epoch."""
+
+    epoch: int
+    acc: float | None
+    acc_val: float | None
+    train_loss: float
+    implaus: float | None
+    reg_loss: float | None
+    adv_loss: float | None
+    time_taken: float
+    percent_valid: float
+    avg_iter: float
+
+
+class TrainingLog(list):
+    """A list of :class:`EpochRecord` plus ``meta`` describing the run that produced it."""
+
+    def __init__(self, records: list[EpochRecord] | None = None, meta: dict | None = None):
+        super().__init__(records or [])
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    def column(self, name: str) -> list:
+        """One field across epochs, e.g. ``log.column("time_taken")``."""
+        return [getattr(record, name) for record in self]
+
+
+_FIELDS = [f.name for f in fields(EpochRecord)]
+
+
+def _json_value(value: Any) -> Any:
+    # JSON has no NaN/inf: store them as strings so a diverged run still round-trips.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _from_json_value(value: Any) -> Any:
+    return float(value) if value in ("nan", "inf", "-inf") else value
+
+
+def save_log(log: TrainingLog, path: str | Path) -> None:
+    """Write ``log`` as JSON, atomically."""
+    payload = {
+        "format": "cfbook-training-log",
+        "version": LOG_FORMAT_VERSION,
+        "meta": getattr(log, "meta", {}),
+        "records": [{k: _json_value(v) for k, v in asdict(r).items()} for r in log],
+    }
+    atomic_write_text(path, json.dumps(payload, indent=1))
+
+
+def load_log(path: str | Path) -> TrainingLog:
+    """Read a log written by :func:`save_log`; a damaged file is an error naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"training log not found: {path}")
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        if payload.get("format") != "cfbook-training-log":
+            raise ValueError("not a cfbook training log")
+        records = []
+        for raw in payload["records"]:
+            if set(raw) != set(_FIELDS):
+                raise ValueError(f"record fields {sorted(raw)} differ from {sorted(_FIELDS)}")
+            records.append(EpochRecord(**{k: _from_json_value(raw[k]) for k in _FIELDS}))
+        return TrainingLog(records, payload.get("meta") or {})
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"corrupt training log {path}: {err}") from err

@@ -1,0 +1,74 @@
+"""Classifiers that take flat (N, 784) MNIST vectors, the layout counterfactual search works in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torchvision.models import resnet18
+
+__all__ = ["FlatImageClassifier", "count_parameters", "mlp", "resnet18_mnist"]
+
+IMAGE_SHAPE = (1, 28, 28)
+N_FEATURES = 28 * 28
+
+
+class FlatImageClassifier(nn.Module):
+    """Reshape flat vectors to images before a convolutional net, rejecting wrong widths early.
+
+    Counterfactual generators perturb flat feature vectors; this wrapper lets them treat a CNN like
+    any other classifier, and turns a shape slip into a readable error, not a deep conv failure.
+    """
+
+    def __init__(self, net: nn.Module, image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> None:
+        super().__init__()
+        self.image_shape = image_shape
+        self.n_features = image_shape[0] * image_shape[1] * image_shape[2]
+        self.unflatten = nn.Unflatten(1, image_shape)
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.n_features:
+            raise ValueError(
+                f"expected flat input of shape (N, {self.n_features}), got {tuple(x.shape)}; "
+                f"flatten images with x.reshape(len(x), -1)"
+            )
+        return self.net(self.unflatten(x))
+
+
+def resnet18_mnist(num_classes: int = 10) -> nn.Module:
+    """torchvision ResNet-18 (random init, never downloaded weights) with a 1-channel stem."""
+    net = resnet18(weights=None, num_classes=num_classes)
+    stem = net.conv1
+    net.conv1 = nn.Conv2d(
+        1,
+        stem.out_channels,
+        kernel_size=stem.kernel_size,
+        stride=stem.stride,
+        padding=stem.padding,
+        bias=stem.bias is not None,
+    )
+    return FlatImageClassifier(net)
+
+
+def mlp(
+    in_features: int = N_FEATURES, hidden: Sequence[int] = (32,), num_classes: int = 10
+) -> nn.Module:
+    """Linear-ReLU stack; small enough for quick CPU experiments and tests."""
+    widths = [in_features, *hidden, num_classes]
+    names = ["in_features", *["hidden"] * len(hidden), "num_classes"]
+    for name, width in zip(names, widths, strict=True):
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"{name} must hold positive integers, got {width!r}")
+    layers: list[nn.Module] = []
+    for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        if i:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(w_in, w_out))
+    return nn.Sequential(*layers)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of scalar parameters (trainable or not), e.g. to report model size in the book."""
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,343 @@
+"""Tests for cfbook.data: MNIST loading (offline, verified) and the on-device loader."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import socket
+import struct
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+import cfbook.data as data_module
+from cfbook.data import DeviceLoader, MNISTData, find_data_dir, load_mnist
+
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"
+TEST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+
+
+def _copy_test_split(root: Path) -> Path:
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in TEST_FILES:
+        shutil.copy(REPO_DATA / "MNIST" / "raw" / name, raw / name)
+    return raw
+
+
+def _write_idx(raw: Path, prefix: str, images: torch.Tensor, labels: torch.Tensor) -> None:
+    """Write an uncompressed idx pair the way the MNIST files are laid out (big-endian header)."""
+    n = images.shape[0]
+    header = struct.pack(">IIII", 0x00000803, n, 28, 28)
+    (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images.numpy().tobytes())
+    label_header = struct.pack(">II", 0x00000801, n)
+    (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(label_header + labels.numpy().tobytes())
+
+
+@pytest.fixture(scope="module")
+def test_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root holding only the shipped test split (as a fresh checkout has)."""
+    root = tmp_path_factory.mktemp("mnist_test_split")
+    _copy_test_split(root)
+    return root
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+def _rows(x: torch.Tensor) -> set[bytes]:
+    return {row.numpy().tobytes() for row in x}
+
+
+def test_load_shapes_ranges_and_domain(test_root: Path, no_network: None) -> None:
+    data = load_mnist(300, root=test_root, verbose=False)
+    assert isinstance(data, MNISTData)
+    assert data.x.shape == (300, 784) and data.x.dtype == torch.float32
+    assert data.y.shape == (300,) and data.y.dtype == torch.int64
+    assert data.x.min() == -1.0 and data.x.max() == 1.0
+    assert data.y.min() >= 0 and data.y.max() <= 9
+    assert data.x_val.shape == (2000, 784) and data.y_val.shape == (2000,)
+    assert data.x_val.min() >= -1.0 and data.x_val.max() <= 1.0
+    assert data.domain == [(-1.0, 1.0)] * 784
+    assert "test split" in data.source
+
+
+def test_scaling_matches_raw_pixels(test_root: Path) -> None:
+    from torchvision.datasets.mnist import read_image_file
+
+    data = load_mnist(None, root=test_root, verbose=False)
+    pixels = read_image_file(str(test_root / "MNIST" / "raw" / "t10k-images-idx3-ubyte"))
+    expected = _rows(pixels.reshape(-1, 784).float() / 255 * 2 - 1)
+    assert _rows(data.x[:50]) <= expected
+
+
+def test_train_and_heldout_are_disjoint_and_cover_the_split(test_root: Path) -> None:
+    data = load_mnist(None, root=test_root, verbose=False)
+    assert data.x.shape[0] == 8000 and data.x_val.shape[0] == 2000
+    train, held_out = _rows(data.x), _rows(data.x_val)
+    assert not train & held_out
+    assert len(train | held_out) == 10_000
+
+
+def test_seeds_are_deterministic_and_held_out_set_ignores_n(test_root: Path) -> None:
+    a = load_mnist(200, root=test_root, seed=3, verbose=False)
+    b = load_mnist(200, root=test_root, seed=3, verbose=False)
+    c = load_mnist(200, root=test_root, seed=4, verbose=False)
+    bigger = load_mnist(400, root=test_root, seed=3, verbose=False)
+    assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.x_val, b.x_val)
+    assert not torch.equal(a.x, c.x)
+    assert torch.equal(bigger.x[:200], a.x) and torch.equal(bigger.x_val, a.x_val)
+
+
+def test_val_fraction_sets_held_out_size(test_root: Path) -> None:
+    data = load_mnist(100, root=test_root, val_fraction=0.0, verbose=False)
+    assert data.x_val.shape == (0, 784)
+    assert load_mnist(100, root=test_root, val_fraction=0.5, verbose=False).x_val.shape[0] == 5000
+
+
+def test_verbose_reports_the_source(test_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    load_mnist(10, root=test_root, verbose=True)
+    out = capsys.readouterr().out
+    assert "test split" in out and "10 training" in out
+
+
+def test_too_many_samples_names_n_and_available(test_root: Path) -> None:
+    with pytest.raises(ValueError, match=r"n=8001.*8000"):
+        load_mnist(8001, root=test_root, verbose=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [({"n": 0}, "n must"), ({"n": 10, "val_fraction": 1.0}, "val_fraction")],
+)
+def test_bad_arguments(test_root: Path, kwargs: dict, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        load_mnist(root=test_root, verbose=False, **kwargs)
+
+
+def test_corrupt_archive_fails_checksum_with_a_hint(tmp_path: Path) -> None:
+    raw = _copy_test_split(tmp_path)
+    archive = raw / TEST_FILES[0]
+    blob = bytearray(archive.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    archive.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match="checksum") as err:
+        load_mnist(10, root=tmp_path, verbose=False)
+    assert str(raw) in str(err.value) and "t10k-images-idx3-ubyte.gz" in str(err.value)
+
+
+def test_missing_files_say_where_to_put_them(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz") as err:
+        load_mnist(10, root=tmp_path, verbose=False)
+    assert str(tmp_path / "MNIST" / "raw") in str(err.value)
+
+
+def test_truncated_extracted_file_is_rebuilt_from_the_archive(tmp_path: Path) -> None:
+    raw = _copy_test_split(tmp_path)
+    reference = load_mnist(50, root=tmp_path, verbose=False)
+    extracted = raw / "t10k-images-idx3-ubyte"
+    extracted.write_bytes(extracted.read_bytes()[:1000])
+    again = load_mnist(50, root=tmp_path, verbose=False)
+    assert torch.equal(reference.x, again.x)
+    assert not list(raw.glob("*.tmp"))
+
+
+def test_download_false_never_touches_the_network(tmp_path: Path, no_network: None) -> None:
+    _copy_test_split(tmp_path)
+    assert load_mnist(20, root=tmp_path, download=False, verbose=False).x.shape == (20, 784)
+
+
+def test_download_offline_raises_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _copy_test_split(tmp_path)
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network in this test")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    before = socket.getdefaulttimeout()
+    with pytest.raises(RuntimeError, match="could not download") as err:
+        load_mnist(20, root=tmp_path, download=True, verbose=False)
+    assert "download=False" in str(err.value)
+    assert socket.getdefaulttimeout() == before
+
+
+def test_training_split_is_used_when_present(tmp_path: Path, no_network: None) -> None:
+    raw = _copy_test_split(tmp_path)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (40, 28, 28), generator=generator, dtype=torch.uint8)
+    labels = torch.arange(40, dtype=torch.uint8) % 10
+    _write_idx(raw, "train", images, labels)
+    data = load_mnist(30, root=tmp_path, verbose=False)
+    assert "training split" in data.source
+    assert _rows(data.x) <= _rows(images.reshape(40, 784).float() / 255 * 2 - 1)
+    assert data.x_val.shape == (2000, 784)
+    test_only = tmp_path / "test_only"
+    _copy_test_split(test_only)
+    assert torch.equal(data.x_val, load_mnist(30, root=test_only, verbose=False).x_val)
+    with pytest.raises(ValueError, match=r"n=41.*40"):
+        load_mnist(41, root=tmp_path, verbose=False)
+
+
+def test_incomplete_or_broken_training_split_is_reported(tmp_path: Path) -> None:
+    raw = _copy_test_split(tmp_path)
+    (raw / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03garbage")
+    with pytest.raises(FileNotFoundError, match="train-labels-idx1-ubyte"):
+        load_mnist(10, root=tmp_path, verbose=False)
+    (raw / "train-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x00000801, 0))
+    with pytest.raises(ValueError, match="could not read MNIST files"):
+        load_mnist(10, root=tmp_path, verbose=False)
+
+
+def test_find_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CFBOOK_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert find_data_dir() == tmp_path / "elsewhere"
+    monkeypatch.delenv("CFBOOK_DATA_DIR")
+    (tmp_path / "project" / "data" / "MNIST" / "raw").mkdir(parents=True)
+    (tmp_path / "project" / "book").mkdir()
+    monkeypatch.chdir(tmp_path / "project" / "book")
+    assert find_data_dir() == (tmp_path / "project" / "data").resolve()
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path / "empty")
+    assert find_data_dir() == Path(data_module.__file__).resolve().parents[1] / "data"
+
+
+# --- DeviceLoader ---------------------------------------------------------------------------
+
+
+def _indexed(n: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Tensors whose labels are their row numbers, so batches reveal the order."""
+    y = torch.arange(n, device=device)
+    return y.float().unsqueeze(1).repeat(1, 3), y
+
+
+def _epoch(loader: DeviceLoader) -> list[int]:
+    return torch.cat([yb for _, yb in loader]).tolist()
+
+
+def test_loader_length_and_batch_sizes() -> None:
+    loader = DeviceLoader(*_indexed(10), batch_size=3)
+    sizes = [xb.shape[0] for xb, _ in loader]
+    assert len(loader) == 4 and sizes == [3, 3, 3, 1]
+
+
+def test_shuffled_epochs_cover_every_sample_once_and_keep_pairs() -> None:
+    loader = DeviceLoader(*_indexed(50), batch_size=8, seed=1)
+    orders = []
+    for _ in range(3):
+        order = []
+        for xb, yb in loader:
+            assert torch.equal(xb[:, 0].long(), yb)
+            order += yb.tolist()
+        assert sorted(order) == list(range(50))
+        orders.append(order)
+    assert orders[0] != orders[1] != orders[2]
+    assert orders[0] != list(range(50))
+
+
+def test_unshuffled_loader_keeps_order() -> None:
+    loader = DeviceLoader(*_indexed(7), batch_size=3, shuffle=False)
+    assert _epoch(loader) == list(range(7)) == _epoch(loader)
+
+
+def test_loader_seed_determinism() -> None:
+    a, b, c = (DeviceLoader(*_indexed(40), batch_size=6, seed=s) for s in (5, 5, 6))
+    assert _epoch(a) == _epoch(b) and _epoch(a) == _epoch(b)
+    assert _epoch(DeviceLoader(*_indexed(40), batch_size=6, seed=5)) != _epoch(c)
+
+
+def test_state_dict_resumes_between_epochs() -> None:
+    reference = DeviceLoader(*_indexed(30), batch_size=4, seed=2)
+    _epoch(reference)
+    state = reference.state_dict()
+    expected = [_epoch(reference), _epoch(reference)]
+    resumed = DeviceLoader(*_indexed(30), batch_size=4, seed=99)
+    resumed.load_state_dict(state)
+    assert [_epoch(resumed), _epoch(resumed)] == expected
+
+
+def test_state_dict_resumes_mid_epoch_after_torch_save() -> None:
+    reference = DeviceLoader(*_indexed(30), batch_size=4, seed=2)
+    _epoch(reference)
+    iterator = iter(reference)
+    head = [next(iterator)[1].tolist() for _ in range(3)]
+    buffer = io.BytesIO()
+    torch.save(reference.state_dict(), buffer)
+    tail = torch.cat([yb for _, yb in iterator]).tolist()
+    expected_next_epoch = _epoch(reference)
+    assert sorted(sum(head, []) + tail) == list(range(30))
+
+    resumed = DeviceLoader(*_indexed(30), batch_size=4, seed=7)
+    buffer.seek(0)
+    resumed.load_state_dict(torch.load(buffer))
+    assert len(resumed.state_dict()["generator"]) > 0
+    assert _epoch(resumed) == tail
+    assert _epoch(resumed) == expected_next_epoch
+
+
+def test_checkpoint_at_last_batch_resumes_with_next_epoch() -> None:
+    reference = DeviceLoader(*_indexed(9), batch_size=3, seed=0)
+    for _ in reference:
+        state = reference.state_dict()
+    assert state["batches_served"] == 0
+    resumed = DeviceLoader(*_indexed(9), batch_size=3, seed=1)
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == _epoch(reference)
+
+
+def test_abandoned_iteration_counts_as_an_epoch() -> None:
+    loader = DeviceLoader(*_indexed(20), batch_size=5, seed=0)
+    next(iter(loader))
+    assert loader.state_dict()["batches_served"] == 0
+    assert sorted(_epoch(loader)) == list(range(20))
+
+
+def test_loader_rejects_bad_inputs_and_foreign_state() -> None:
+    x, y = _indexed(10)
+    with pytest.raises(ValueError, match="differ in length"):
+        DeviceLoader(x, y[:5], batch_size=2)
+    with pytest.raises(ValueError, match="batch_size"):
+        DeviceLoader(x, y, batch_size=0)
+    state = DeviceLoader(x, y, batch_size=2).state_dict()
+    with pytest.raises(ValueError, match="batch_size"):
+        DeviceLoader(x, y, batch_size=3).load_state_dict(state)
+
+
+def test_mnist_loaders_wrap_the_device_tensors(test_root: Path) -> None:
+    data = load_mnist(100, root=test_root, verbose=False)
+    train = data.loader(batch_size=32, seed=1)
+    assert train.tensors[0] is data.x and train.tensors[1] is data.y
+    assert len(train) == 4 and train.shuffle
+    val = data.val_loader(batch_size=500)
+    assert not val.shuffle and len(val) == 4
+    assert torch.equal(torch.cat([yb for _, yb in val]), data.y_val)
+
+
+@needs_cuda
+def test_cuda_loading_and_loader_stay_on_the_gpu(test_root: Path) -> None:
+    data = load_mnist(256, device="cuda", root=test_root, verbose=False)
+    assert data.x.is_cuda and data.y.is_cuda and data.x_val.is_cuda
+    cpu = load_mnist(256, root=test_root, verbose=False)
+    assert torch.equal(data.x.cpu(), cpu.x)
+    loader = data.loader(batch_size=64, seed=3)
+    for xb, yb in loader:
+        assert xb.is_cuda and yb.is_cuda
+    state = loader.state_dict()
+    expected = _epoch(loader)
+    resumed = data.loader(batch_size=64, seed=4)
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == expected
+    x, y = _indexed(100, device="cuda")
+    assert sorted(_epoch(DeviceLoader(x, y, batch_size=16))) == list(range(100))

@@ -1,0 +1,164 @@
+import pytest
+import torch
+from torch import nn
+
+from cfbook import NativeGenerator, ReferenceGenerator
+from cfbook.generators import SearchParameters
+
+N_FEATURES, N_CLASSES = 12, 4
+MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
+
+
+def small_mlp(seed: int = 0, scale: float = 3.0) -> nn.Module:
+    """A random MLP with large enough weights that most searches converge."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.ReLU(), nn.Linear(16, N_CLASSES))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
+
+
+def factuals(model: nn.Module, n: int = 48, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, N_FEATURES, generator=g) * 2 - 1
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    target = (pred + torch.randint(1, N_CLASSES, (n,), generator=g)) % N_CLASSES
+    return x, target
+
+
+@pytest.mark.parametrize("mutability", [None, MUTABILITY])
+@pytest.mark.parametrize("compact_every,cf_batchsize", [(1, None), (5, None), (3, 7)])
+def test_native_agrees_with_reference(mutability, compact_every, cf_batchsize):
+    model = small_mlp()
+    x, target = factuals(model)
+    kwargs = {"domain": [(-1.0, 1.0)] * N_FEATURES, "mutability": mutability}
+    params = {"tau": 0.6, "maxiter": 30}
+    native = NativeGenerator(compact_every=compact_every, cf_batchsize=cf_batchsize, **params)
+    fast = native.generate(model, x, target, **kwargs)
+    slow = ReferenceGenerator(**params).generate(model, x, target, **kwargs)
+    # The scenario must exercise both outcomes and early stopping, or the comparison is weak.
+    assert 0 < int(slow.valid.sum()) < len(x)
+    assert int(slow.iterations.min()) < params["maxiter"]
+    torch.testing.assert_close(fast.counterfactual, slow.counterfactual, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.nascent, slow.nascent, atol=1e-5, rtol=0)
+    assert torch.equal(fast.valid, slow.valid)
+    assert torch.equal(fast.iterations, slow.iterations)
+
+
+@pytest.mark.parametrize("generator", [NativeGenerator(tau=0.6), ReferenceGenerator(tau=0.6)])
+def test_constraints_validity_and_nascent(generator):
+    model = small_mlp()
+    x, target = factuals(model)
+    low, high = -0.5, 0.75
+    x = x.clamp(low, high)
+    res = generator.generate(
+        model, x, target, domain=[(low, high)] * N_FEATURES, mutability=MUTABILITY
+    )
+    cf = res.counterfactual
+    assert cf.shape == x.shape and res.valid.dtype == torch.bool
+    assert float(cf.min()) >= low and float(cf.max()) <= high
+    assert torch.equal(cf[:, 8], x[:, 8]) and torch.equal(cf[:, 11], x[:, 11])
+    assert bool((cf[:, 9] >= x[:, 9]).all()) and bool((cf[:, 10] <= x[:, 10]).all())
+    assert bool((cf[:, :8] != x[:, :8]).any())  # mutable features did move
+    with torch.no_grad():
+        p_target = model(cf).softmax(1).gather(1, target[:, None]).squeeze(1)
+    assert res.valid.any() and bool((p_target[res.valid] >= 0.6).all())
+    assert bool((p_target[~res.valid] < 0.6).all())
+    assert float((res.nascent - x).abs().amax()) <= generator.epsilon + 1e-6
+    assert bool((res.iterations[~res.valid] == generator.maxiter).all())
+
+
+def test_search_runs_in_eval_mode_and_restores_mode():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                          nn.Linear(16, N_CLASSES))
+    model.train()
+    model[1].training = True
+    before = model[1].running_mean.clone()
+    x, target = factuals(model.eval())
+    model.train()
+    model[3].eval()  # a mixed state must come back exactly as it was
+    NativeGenerator(maxiter=5).generate(model, x, target)
+    assert model.training and model[1].training and not model[3].training
+    assert torch.equal(model[1].running_mean, before)
+
+
+def test_converged_samples_stop_costing_compute():
+    model = small_mlp(scale=6.0)
+    x, target = factuals(model, n=64)
+    rows: list[int] = []
+    model.register_forward_hook(lambda _m, inp, _out: rows.append(inp[0].shape[0]))
+    res = NativeGenerator(tau=0.55, compact_every=2).generate(model, x, target)
+    assert int(res.iterations.max()) > 2 * int(res.iterations.float().median())
+    assert sum(rows) < 0.6 * len(x) * 30  # far fewer rows than maxiter full passes
+
+
+def test_no_host_sync_per_iteration(monkeypatch):
+    model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
+    x, target = factuals(model)
+    syncs = []
+    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "cpu", "nonzero", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    gen = NativeGenerator(maxiter=30, compact_every=10)
+    res = gen.generate(model, x, target)
+    monkeypatch.undo()
+    assert int(res.iterations.min()) == 30
+    # target range check (2) + compaction points at t = 10, 20: far below one per iteration
+    assert len(syncs) <= 4, syncs
+
+
+def test_bf16_search_stays_valid():
+    model = small_mlp()
+    x, target = factuals(model)
+    ref = NativeGenerator(tau=0.6).generate(model, x, target, domain=(-1.0, 1.0))
+    res = NativeGenerator(tau=0.6, amp="bf16").generate(model, x, target, domain=(-1.0, 1.0))
+    assert res.counterfactual.dtype == torch.float32
+    assert abs(float(res.valid.float().mean()) - float(ref.valid.float().mean())) < 0.15
+    with pytest.raises(ValueError, match="fp16"):
+        NativeGenerator(amp="fp16").generate(model, x, target)
+
+
+def test_energy_weight_schedule():
+    params = SearchParameters(maxiter=30, lambda_energy=5.0)
+    assert params.energy_weight(0) == pytest.approx(5.0 * 0.1 * 2**-0.9)
+    assert params.energy_weight(10) < params.energy_weight(0)
+    assert SearchParameters(maxiter=10).energy_weight(0) == 0.0  # b = round(10/25) = 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"domain": [(-1, 1)] * 3}, "domain has 3 entries"),
+        ({"mutability": ["both"] * (N_FEATURES - 1) + ["sideways"]}, "mutability values"),
+        ({"mutability": ["both"] * 2}, "mutability has 2 entries"),
+        ({"domain": [(1, -1)] * N_FEATURES}, "low <= high"),
+    ],
+)
+def test_bad_constraints_are_named(kwargs, message):
+    model = small_mlp()
+    x, target = factuals(model, n=4)
+    with pytest.raises(ValueError, match=message):
+        NativeGenerator().generate(model, x, target, **kwargs)
+
+
+def test_bad_inputs_are_named():
+    model = small_mlp()
+    x, target = factuals(model, n=4)
+    with pytest.raises(ValueError, match="target classes"):
+        NativeGenerator().generate(model, x, target + N_CLASSES)
+    with pytest.raises(ValueError, match="target must hold"):
+        ReferenceGenerator().generate(model, x, target[:2])
+    with pytest.raises(ValueError, match="shape"):
+        NativeGenerator().generate(model, x[0], target)
+    with pytest.raises(ValueError, match="tau"):
+        NativeGenerator(tau=1.5)
+    with pytest.raises(ValueError, match="maxiter"):
+        ReferenceGenerator(maxiter=-1)

@@ -1,0 +1,64 @@
+import json
+import os
+
+import pytest
+import torch
+
+from cfbook import EpochRecord, TrainingLog, load_log, save_log
+from cfbook.atomic import atomic_torch_save, atomic_write_text
+
+
+def sample_log() -> TrainingLog:
+    return TrainingLog(
+        [
+            EpochRecord(1, None, None, 2.3, None, None, None, 0.5, 1.0, 0.0),
+            EpochRecord(2, 0.8, 0.75, 1.2, -0.3, 1.1, 0.9, 1.5, 0.4, 22.5),
+            EpochRecord(3, 0.9, None, float("nan"), float("inf"), 1.0, 0.8, 1.4, 0.5, 20.0),
+        ],
+        meta={"objective": "FullObjective", "burnin_epochs": 1},
+    )
+
+
+def test_log_round_trips_with_none_and_non_finite_values(tmp_path):
+    log = sample_log()
+    save_log(log, tmp_path / "full.json")
+    back = load_log(tmp_path / "full.json")
+    assert back.meta == log.meta
+    assert back[:2] == log[:2]
+    assert back[2].train_loss != back[2].train_loss and back[2].implaus == float("inf")
+    assert back.column("acc") == [None, 0.8, 0.9]
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", json.dumps({"format": "other"}),
+     json.dumps({"format": "cfbook-training-log", "records": [{"epoch": 1}]})],
+)
+def test_corrupt_log_is_named(tmp_path, content):
+    path = tmp_path / "full.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"corrupt training log {path}"):
+        load_log(path)
+
+
+def test_missing_log_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="training log not found"):
+        load_log(tmp_path / "nope.json")
+
+
+def test_atomic_writes_leave_no_temp_files_and_keep_old_file_on_failure(tmp_path):
+    target = tmp_path / "sub" / "file.txt"
+    atomic_write_text(target, "first")
+    assert target.read_text() == "first"
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    ckpt = tmp_path / "ckpt.pt"
+    atomic_torch_save({"a": torch.ones(2)}, ckpt)
+    with pytest.raises(RuntimeError, match="boom"):
+        atomic_torch_save({"a": Unpicklable()}, ckpt)
+    assert torch.equal(torch.load(ckpt, weights_only=True)["a"], torch.ones(2))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "sub"]
+    assert os.listdir(tmp_path / "sub") == ["file.txt"]

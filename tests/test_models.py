@@ -1,0 +1,87 @@
+"""Tests for cfbook.models: flat-input ResNet-18 and MLP classifiers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torchvision.models import resnet18
+
+from cfbook.models import FlatImageClassifier, count_parameters, mlp, resnet18_mnist
+
+# torchvision's ResNet-18 with a 10-class head has 11,181,642 parameters; the 1-channel stem drops
+# 2 of the 3 input channels of the 64 7x7 conv1 filters.
+RESNET18_MNIST_PARAMETERS = 11_181_642 - 2 * 64 * 7 * 7
+
+
+@pytest.fixture(scope="module")
+def resnet() -> nn.Module:
+    torch.manual_seed(0)
+    return resnet18_mnist()
+
+
+def test_resnet_output_shape_in_both_modes(resnet: nn.Module) -> None:
+    x = torch.rand(2, 784) * 2 - 1
+    resnet.train()
+    assert resnet(x).shape == (2, 10)
+    resnet.eval()
+    with torch.no_grad():
+        logits = resnet(x)
+    assert logits.shape == (2, 10) and torch.isfinite(logits).all()
+
+
+def test_resnet_parameter_count_and_stem(resnet: nn.Module) -> None:
+    assert count_parameters(resnet) == RESNET18_MNIST_PARAMETERS
+    assert count_parameters(resnet18(weights=None, num_classes=10)) - 2 * 64 * 49 == (
+        count_parameters(resnet)
+    )
+    stem = resnet.net.conv1
+    assert stem.in_channels == 1 and stem.out_channels == 64
+    assert (stem.kernel_size, stem.stride, stem.padding) == ((7, 7), (2, 2), (3, 3))
+    assert stem.bias is None
+    assert isinstance(resnet, FlatImageClassifier) and isinstance(resnet.unflatten, nn.Unflatten)
+
+
+def test_resnet_num_classes() -> None:
+    model = resnet18_mnist(num_classes=3).eval()
+    with torch.no_grad():
+        assert model(torch.zeros(2, 784)).shape == (2, 3)
+
+
+def test_resnet_gradients_reach_the_input(resnet: nn.Module) -> None:
+    resnet.eval()
+    x = torch.zeros(2, 784, requires_grad=True)
+    resnet(x)[:, 3].sum().backward()
+    assert x.grad is not None and x.grad.shape == (2, 784) and x.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("shape", [(2, 100), (2, 1, 28, 28), (784,)])
+def test_resnet_rejects_wrong_input_shapes(resnet: nn.Module, shape: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match=r"\(N, 784\)"):
+        resnet(torch.zeros(shape))
+
+
+def test_mlp_structure_and_output() -> None:
+    model = mlp()
+    kinds = [type(layer) for layer in model]
+    assert kinds == [nn.Linear, nn.ReLU, nn.Linear]
+    assert count_parameters(model) == 784 * 32 + 32 + 32 * 10 + 10
+    assert model(torch.zeros(5, 784)).shape == (5, 10)
+    deep = mlp(in_features=4, hidden=(8, 6), num_classes=3)
+    assert [type(layer) for layer in deep] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]
+    assert deep(torch.zeros(2, 4)).shape == (2, 3)
+    assert [type(layer) for layer in mlp(hidden=())] == [nn.Linear]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"), [({"hidden": (0,)}, "hidden"), ({"num_classes": 0}, "num_classes")]
+)
+def test_mlp_rejects_bad_widths(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        mlp(**kwargs)
+
+
+def test_count_parameters_counts_frozen_ones_too() -> None:
+    layer = nn.Linear(3, 2)
+    layer.bias.requires_grad_(False)
+    assert count_parameters(layer) == 8
