@@ -8,7 +8,8 @@ against.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -121,6 +122,33 @@ def _prepare(
     return x, target, make_constraints(domain, mutability, x.shape[1], device=device, dtype=x.dtype)
 
 
+def _update(
+    xw: Tensor,
+    x0w: Tensor,
+    dw: Tensor,
+    grad: Tensor,
+    active: Tensor,
+    nascent: Tensor,
+    c: Constraints,
+    lambda_cost: float,
+    step_size: float,
+    epsilon: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One step of the working set: cost gradient, masked descent, domain clamp, freezing of
+    converged rows, nascent tracking. Returns the new point, its offset from x0, and the nascent."""
+    grad = torch.nan_to_num(grad, nan=0.0) + lambda_cost * torch.sign(dw)
+    moved = c.clamp(xw + c.mask_step(-step_size * grad))
+    xw = torch.where(active[:, None], moved, xw)
+    dw = xw - x0w
+    within = dw.abs().amax(1, keepdim=True) <= epsilon
+    return xw, dw, torch.where(within, xw, nascent)
+
+
+@functools.cache
+def _compiled_update() -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
+    return torch.compile(_update, dynamic=True)
+
+
 @dataclass(frozen=True)
 class NativeGenerator(SearchParameters):
     """Batched search: all samples step together, converged ones are frozen and, every
@@ -128,11 +156,14 @@ class NativeGenerator(SearchParameters):
 
     Inside the loop nothing waits for the device; the only host synchronisations are the
     compaction points. ``cf_batchsize`` bounds the rows searched at once (peak memory).
+    ``compile=True`` fuses each iteration's bookkeeping into one kernel with ``torch.compile``
+    (worth it when the model is cheap next to that bookkeeping, e.g. an MLP on a CPU).
     """
 
     cf_batchsize: int | None = None
     compact_every: int = 5
     amp: str | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -171,9 +202,15 @@ class NativeGenerator(SearchParameters):
         iterations = torch.zeros(n, dtype=torch.long, device=x0.device)
         rows = torch.arange(n, device=x0.device)
         # The working set: rows still being searched (all of them until the first compaction).
+        # dw = xw - x0w is kept between iterations: the cost term's sign and the nascent test
+        # share it.
         xw, x0w, tw, aw, nw, iw = x, x0, target[:, None], active, nascent, iterations
+        dw = torch.zeros_like(x0)
         scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
+        update = _compiled_update() if self.compile else _update
+        steps = (self.lambda_cost, self.step_size, self.epsilon)
 
+        @torch.no_grad()
         def write_back() -> None:
             x[rows], nascent[rows], active[rows], iterations[rows] = xw, nw, aw, iw
 
@@ -183,7 +220,7 @@ class NativeGenerator(SearchParameters):
                 if keep.numel() < rows.numel():
                     write_back()
                     rows = rows[keep]
-                    xw, x0w, tw, aw, nw, iw = (v[keep] for v in (xw, x0w, tw, aw, nw, iw))
+                    xw, x0w, dw, tw, aw, nw, iw = (v[keep] for v in (xw, x0w, dw, tw, aw, nw, iw))
                 if not rows.numel():
                     break
             xw = xw.detach().requires_grad_(True)
@@ -200,17 +237,11 @@ class NativeGenerator(SearchParameters):
                     probs.mul_(scale)
             (grad,) = torch.autograd.grad(logits, xw, probs)
             with torch.no_grad():
-                xw = xw.detach()
-                grad = torch.nan_to_num(grad.float(), nan=0.0)
+                grad = grad.float()
                 if scale != 1.0:
                     grad.div_(scale)
-                if self.lambda_cost:
-                    grad.add_(torch.sign(xw - x0w), alpha=self.lambda_cost)
-                step = c.mask_step(grad.mul_(-self.step_size))
-                xw = torch.where(aw[:, None], c.clamp(xw + step), xw)
+                xw, dw, nw = update(xw.detach(), x0w, dw, grad, aw, nw, c, *steps)
                 iw = iw + aw
-                within = (xw - x0w).abs().amax(1, keepdim=True) <= self.epsilon
-                nw = torch.where(within, xw, nw)
         if rows.numel():
             with torch.no_grad(), autocast(self.amp, x0.device):
                 probs = model(xw).float().softmax(1)

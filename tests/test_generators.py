@@ -162,3 +162,14 @@ def test_bad_inputs_are_named():
         NativeGenerator(tau=1.5)
     with pytest.raises(ValueError, match="maxiter"):
         ReferenceGenerator(maxiter=-1)
+
+
+def test_compiled_update_matches_eager():
+    model = small_mlp()
+    x, target = factuals(model)
+    kwargs = {"domain": (-1.0, 1.0), "mutability": MUTABILITY}
+    eager = NativeGenerator(tau=0.6).generate(model, x, target, **kwargs)
+    fused = NativeGenerator(tau=0.6, compile=True).generate(model, x, target, **kwargs)
+    torch.testing.assert_close(fused.counterfactual, eager.counterfactual, atol=1e-6, rtol=0)
+    assert torch.equal(fused.valid, eager.valid)
+    assert torch.equal(fused.iterations, eager.iterations)
