@@ -20,7 +20,7 @@ import torch
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import check_integrity
 
-__all__ = ["DeviceLoader", "MNISTData", "find_data_dir", "load_mnist"]
+__all__ = ["DeviceLoader", "MNISTData", "display_path", "find_data_dir", "load_mnist"]
 
 IMAGE_SIDE = 28
 N_FEATURES = IMAGE_SIDE * IMAGE_SIDE
@@ -53,6 +53,14 @@ def find_data_dir() -> Path:
         if (folder / "data" / "MNIST" / "raw").is_dir():
             return folder / "data"
     return Path(__file__).resolve().parents[1] / "data"
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` relative to the folder above the data folder (``data/cpu/full.json``), so printed
+    messages, and the executed notebooks that keep them, hold no machine-specific paths."""
+    path = Path(path).resolve()
+    base = find_data_dir().resolve().parent
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
 class DeviceLoader:
@@ -325,12 +333,13 @@ def load_mnist(
     if train_files is not None:
         pool_images, pool_labels = _read_split(*train_files)
         pool_idx = torch.randperm(pool_images.shape[0], generator=generator)
-        source = f"MNIST training split ({pool_images.shape[0]} images in {raw})"
+        source = f"MNIST training split ({pool_images.shape[0]} images in {display_path(raw)})"
     else:
         pool_images, pool_labels = test_images, test_labels
         pool_idx = test_order[n_val:]
         source = (
-            f"MNIST official test split ({test_images.shape[0]} images in {raw}), seeded into "
+            f"MNIST official test split ({test_images.shape[0]} images in {display_path(raw)}), "
+            "seeded into "
             "training and held-out parts; the full training split is used when its files are "
             "present or with download=True"
         )

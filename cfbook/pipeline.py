@@ -1,0 +1,335 @@
+"""Build the whole book: both trainings in fresh kernels, every chapter in plot mode, the website.
+
+    python -m cfbook.pipeline --profile cpu          # train (or reuse logs), execute chapters, site
+    python -m cfbook.pipeline --profile cpu --force  # retrain even if the logs exist
+    python -m cfbook.pipeline --stages-only          # only the two training stages
+
+Each training stage is the training chapter run by papermill with the parameter CT_MODE=full or
+CT_MODE=vanilla; papermill starts a new kernel per notebook, so the second training never shares a
+process (or an accelerator memory pool) with the first. Logs already present for the profile are
+reused, like Quarto's freeze, unless ``--force``. The chapters then run in plot mode, which they
+read from $CT_MODE and $CFBOOK_PROFILE, so the executed chapters stay free of injected cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import nbformat
+import papermill
+
+from cfbook.atomic import atomic_write_text
+from cfbook.data import find_data_dir
+from cfbook.log import load_log
+from cfbook.profiles import PROFILES, Profile, resolve_parameters
+from cfbook.site import CONFIG_FILE, build_site, read_book
+from cfbook.stages import TRAINING_MODES, log_path, profile_dir
+
+__all__ = [
+    "TRAINING_CHAPTER",
+    "StageFailed",
+    "find_project_dir",
+    "kernel_name",
+    "main",
+    "run_pipeline",
+    "stage_notebook_path",
+]
+
+TRAINING_CHAPTER = "training.ipynb"
+KERNEL_NAME = "cfbook"
+
+
+class StageFailed(RuntimeError):
+    """A stage's notebook raised; the message names the stage and its executed notebook."""
+
+    def __init__(self, stage: str, notebook: Path, reason: str):
+        super().__init__(f"stage '{stage}' failed: {reason}\n  executed notebook: {notebook}")
+        self.stage = stage
+        self.notebook = notebook
+
+
+def find_project_dir(start: str | Path | None = None) -> Path:
+    """The folder holding ``_quarto.yml``: walk up from ``start`` (cwd), else this repository."""
+    start = Path(start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / CONFIG_FILE).is_file():
+            return folder
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / CONFIG_FILE).is_file():
+        return repo
+    raise FileNotFoundError(f"no {CONFIG_FILE} above {start}: pass --project-dir")
+
+
+def stage_notebook_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
+    """Where the executed notebook of training stage ``mode`` is kept, beside its log."""
+    return profile_dir(data_dir, profile_name) / f"training-{mode}.ipynb"
+
+
+def _starts_this_python(argv0: str) -> bool:
+    # jupyter_client itself swaps a bare "python"/"python3"/"python3.X" for sys.executable.
+    bare = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2])}
+    if argv0 in bare:
+        return True
+    exe, here = Path(argv0).absolute(), Path(sys.executable).absolute()
+    # bin/python and bin/python3 of one venv are the same interpreter (links to one file).
+    return exe == here or (exe.parent == here.parent and exe.exists() and exe.samefile(here))
+
+
+def kernel_name() -> str:
+    """A kernelspec that runs this interpreter, so chapters import the same cfbook and torch.
+
+    ``python3`` is used when it resolves to this interpreter (the usual venv case); otherwise a
+    ``cfbook`` kernelspec pointing at ``sys.executable`` is installed into ``sys.prefix``.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    def runs_here(name: str) -> bool:
+        try:
+            return _starts_this_python(KernelSpecManager().get_kernel_spec(name).argv[0])
+        except NoSuchKernel:
+            return False
+
+    for name in ("python3", KERNEL_NAME):
+        if runs_here(name):
+            return name
+    from ipykernel.kernelspec import install
+
+    install(kernel_name=KERNEL_NAME, display_name="Python (cfbook)", prefix=sys.prefix)
+    if not runs_here(KERNEL_NAME):
+        raise RuntimeError(
+            f"the Jupyter kernel {KERNEL_NAME!r} does not start {sys.executable}; remove the "
+            "shadowing kernelspec (`jupyter kernelspec list`) and run the pipeline again"
+        )
+    print(f"Installed the Jupyter kernel {KERNEL_NAME!r} for {sys.executable}")
+    return KERNEL_NAME
+
+
+@contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the kernels papermill starts (they inherit os.environ)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _execute(
+    stage: str, source: Path, output: Path, parameters: dict | None, *, cwd: Path, kernel: str,
+    verbose: bool,
+) -> float:
+    """Run one notebook in a fresh kernel; return its wall time or raise :class:`StageFailed`.
+
+    ``parameters`` are injected by papermill (a new cell after the ``parameters`` cell).
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            str(source), str(output), parameters=parameters, kernel_name=kernel, cwd=str(cwd),
+            progress_bar=False, log_output=verbose,
+            # Quiet the kernel's own log (e.g. its TCP notice); cell errors land in the notebook.
+            extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
+        )
+    except papermill.PapermillExecutionError as err:
+        raise StageFailed(stage, output, f"{err.ename}: {err.evalue}") from err
+    except Exception as err:  # a dead kernel, a kernel that never started, ...
+        raise StageFailed(stage, output, f"{type(err).__name__}: {err}") from err
+    return time.perf_counter() - start
+
+
+def _strip_run_metadata(path: Path, keep: tuple[str, ...] = ()) -> None:
+    """Drop papermill's paths and timestamps (all but the ``keep`` entries), so re-executed
+    notebooks only differ in outputs and hold no machine-specific paths."""
+    nb = nbformat.read(path, as_version=4)
+    run = nb.metadata.pop("papermill", {})
+    if keep:
+        nb.metadata["papermill"] = {k: run[k] for k in keep if k in run}
+    for cell in nb.cells:
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+    atomic_write_text(path, nbformat.writes(nb))
+
+
+def _reuse_reason(path: Path, profile: Profile) -> str | None:
+    """Why the existing log at ``path`` can stand in for a training run, or None to retrain."""
+    if not path.is_file():
+        return None
+    try:
+        log = load_log(path)
+    except ValueError as err:
+        print(f"       {err}; training again")
+        return None
+    if log.meta.get("config") != asdict(profile):
+        print(f"       {path} was made with another {profile.name!r} configuration; training again")
+        return None
+    return f"reusing {path} ({len(log)} epochs); pass --force to retrain"
+
+
+def _fmt(seconds: float) -> str:
+    minutes, secs = divmod(seconds, 60)
+    return f"{int(minutes)} min {secs:.0f} s" if minutes else f"{secs:.1f} s"
+
+
+def run_pipeline(
+    profile: Profile,
+    *,
+    project_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    book_dir: str | Path | None = None,
+    build_dir: str | Path | None = None,
+    site_dir: str | Path | None = None,
+    force: bool = False,
+    stages_only: bool = False,
+    site: bool = True,
+    use_quarto: bool | None = None,
+    verbose: bool = False,
+) -> Path | None:
+    """Run the book's stages in order; return the site's index.html (None if no site was built).
+
+    ``book_dir`` holds the chapter sources (default: the folder _quarto.yml lists them in);
+    executed plot-mode chapters go to ``build_dir`` (default: ``book_dir``, i.e. in place).
+    ``use_quarto`` is passed to :func:`cfbook.site.build_site` (None: Quarto if on PATH).
+    """
+    t_total = time.perf_counter()
+    project_dir = Path(project_dir) if project_dir is not None else find_project_dir()
+    book = read_book(project_dir)
+    book_dir = Path(book_dir) if book_dir is not None else book.chapter_dir
+    build_dir = Path(build_dir) if build_dir is not None else book_dir
+    data_dir = Path(data_dir if data_dir is not None else find_data_dir()).resolve()
+    names = [c.name for c in book.chapters]
+    missing = [name for name in names if not (book_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"chapters listed in {project_dir / CONFIG_FILE} missing from {book_dir}: "
+            + ", ".join(missing)
+        )
+    if TRAINING_CHAPTER not in names:
+        raise ValueError(f"{project_dir / CONFIG_FILE} lists no {TRAINING_CHAPTER} chapter")
+    kernel = kernel_name()
+    print(
+        f"cfbook pipeline: profile {profile.name} ({profile.model}, n={profile.n}, "
+        f"{profile.nepochs} epochs), data {data_dir}, kernel {kernel}",
+        flush=True,
+    )
+    n_steps = len(TRAINING_MODES) + (0 if stages_only else len(names) + int(site))
+    step = 0
+    # Kernels inherit these. Plot-mode chapters get their mode and profile only from here: an
+    # injected parameters cell would be committed with them and pin the profile for good.
+    env = {"CFBOOK_DATA_DIR": str(data_dir), "CFBOOK_PROFILE": profile.name, "CT_MODE": "plot"}
+    with _environment(**env):
+        for mode in TRAINING_MODES:
+            step += 1
+            stage = f"training, CT_MODE={mode}"
+            path = log_path(data_dir, profile.name, mode)
+            print(f"[{step}/{n_steps}] {stage}", flush=True)
+            reason = None if force else _reuse_reason(path, profile)
+            if reason is not None:
+                print(f"       {reason}", flush=True)
+                continue
+            notebook = stage_notebook_path(data_dir, profile.name, mode)
+            seconds = _execute(
+                stage, book_dir / TRAINING_CHAPTER, notebook,
+                {"CT_MODE": mode, "profile": profile.name}, cwd=book_dir, kernel=kernel,
+                verbose=verbose,
+            )
+            if not path.is_file():
+                raise StageFailed(stage, notebook, f"the notebook finished but wrote no log {path}")
+            _strip_run_metadata(notebook, keep=("parameters", "exception", "duration"))
+            print(f"       done in {_fmt(seconds)} -> {path} (notebook {notebook})", flush=True)
+        if stages_only:
+            print(f"Training stages done in {_fmt(time.perf_counter() - t_total)}")
+            return None
+        for name in names:
+            step += 1
+            stage = f"chapter {name}, CT_MODE=plot"
+            print(f"[{step}/{n_steps}] {stage}", flush=True)
+            output = build_dir / name
+            seconds = _execute(
+                stage, book_dir / name, output, None, cwd=book_dir, kernel=kernel,
+                verbose=verbose,
+            )
+            _strip_run_metadata(output)
+            print(f"       done in {_fmt(seconds)} -> {output}", flush=True)
+    index = None
+    if site:
+        step += 1
+        site_dir = Path(site_dir) if site_dir is not None else project_dir / "_site"
+        print(f"[{step}/{n_steps}] website", flush=True)
+        t_site = time.perf_counter()
+        index = build_site(project_dir, site_dir, chapter_dir=build_dir, use_quarto=use_quarto)
+        print(f"       done in {_fmt(time.perf_counter() - t_site)} -> {index}", flush=True)
+    print(f"Book built in {_fmt(time.perf_counter() - t_total)}")
+    return index
+
+
+_SITE_BUILDERS = {"auto": None, "quarto": True, "nbconvert": False}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cfbook.pipeline",
+        description="Train both objectives in fresh kernels (or reuse their logs), execute every "
+        "chapter in plot mode, and build the website.",
+    )
+    parser.add_argument(
+        "--profile", choices=sorted(PROFILES),
+        help="training configuration (default: $CFBOOK_PROFILE, else tutorial on a GPU, cpu "
+        "otherwise)",
+    )
+    parser.add_argument("--force", action="store_true", help="retrain even if the logs exist")
+    parser.add_argument("--stages-only", action="store_true", help="run only the two trainings")
+    parser.add_argument("--no-site", action="store_true", help="skip building the website")
+    parser.add_argument("--project-dir", type=Path, help=f"folder holding {CONFIG_FILE}")
+    parser.add_argument("--data-dir", type=Path, help="MNIST/raw and the logs (default: data/)")
+    parser.add_argument("--book-dir", type=Path, help="chapter sources (default: book/)")
+    parser.add_argument(
+        "--build-dir", type=Path,
+        help="where executed chapters go (default: the book dir itself, executed in place)",
+    )
+    parser.add_argument("--site-dir", type=Path, help="website output (default: _site/)")
+    parser.add_argument(
+        "--site-builder", choices=sorted(_SITE_BUILDERS), default="auto",
+        help="auto: Quarto when it is on PATH, else nbconvert",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="stream the notebooks' output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit status."""
+    args = _parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        _, profile = resolve_parameters("plot", args.profile)
+        run_pipeline(
+            profile, project_dir=args.project_dir, data_dir=args.data_dir, book_dir=args.book_dir,
+            build_dir=args.build_dir, site_dir=args.site_dir, force=args.force,
+            stages_only=args.stages_only, site=not args.no_site,
+            use_quarto=_SITE_BUILDERS[args.site_builder], verbose=args.verbose,
+        )
+    except StageFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

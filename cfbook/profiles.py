@@ -1,0 +1,131 @@
+"""Named training configurations and the CT_MODE switch that every chapter resolves the same way.
+
+A profile fixes everything that decides how long the two trainings take, so a chapter, the
+pipeline and the tests agree on what "the tutorial run" or "the CPU run" means.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+import torch
+
+__all__ = [
+    "CT_MODES",
+    "MODEL_NAMES",
+    "PROFILES",
+    "Profile",
+    "check_mode",
+    "default_profile_name",
+    "get_profile",
+    "resolve_parameters",
+]
+
+CT_MODES = ("full", "vanilla", "plot")
+MODEL_NAMES = ("resnet18", "mlp")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One training configuration; both objectives of a comparison run with the same profile."""
+
+    name: str
+    model: str
+    n: int
+    nepochs: int
+    batch_size: int
+    lr: float
+    nce: int
+    cf_batchsize: int
+    maxiter: int
+    burnin: float
+    accuracy_every: int
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        # Fail when the profile is defined, not twenty minutes into a training run.
+        if self.model not in MODEL_NAMES:
+            raise ValueError(
+                f"profile {self.name!r}: model must be one of {', '.join(MODEL_NAMES)}, "
+                f"got {self.model!r}"
+            )
+        for f in fields(self):
+            if f.type == "int" and f.name != "seed":
+                value = getattr(self, f.name)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(
+                        f"profile {self.name!r}: {f.name} must be a positive integer, got {value!r}"
+                    )
+        if not 0.0 <= self.burnin < 1.0:
+            raise ValueError(
+                f"profile {self.name!r}: burnin must be in [0, 1), got {self.burnin!r}"
+            )
+        if not self.lr > 0.0:
+            raise ValueError(f"profile {self.name!r}: lr must be positive, got {self.lr!r}")
+
+
+PROFILES: dict[str, Profile] = {
+    # The Julia "Training on GPU" tutorial's run, value for value.
+    "tutorial": Profile(
+        name="tutorial", model="resnet18", n=5000, nepochs=25, batch_size=128, lr=1e-3,
+        nce=1024, cf_batchsize=128, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
+    ),
+    # Same model and search on fewer samples and epochs: shows the same effects on a 2-core CPU.
+    "cpu": Profile(
+        name="cpu", model="resnet18", n=2000, nepochs=10, batch_size=128, lr=1e-3,
+        nce=256, cf_batchsize=256, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
+    ),
+    # Seconds per training: exercises every code path (burn-in, skipped accuracy) for tests.
+    "smoke": Profile(
+        name="smoke", model="mlp", n=300, nepochs=4, batch_size=64, lr=1e-3,
+        nce=32, cf_batchsize=32, maxiter=5, burnin=0.25, accuracy_every=2, seed=42,
+    ),
+}
+
+
+def get_profile(name: str) -> Profile:
+    """The profile called ``name``; an unknown name is an error that lists the valid ones."""
+    try:
+        return PROFILES[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown profile {name!r}; valid profiles: {', '.join(PROFILES)}"
+        ) from None
+
+
+def check_mode(mode: str) -> str:
+    """Return ``mode`` if it is a valid CT_MODE; otherwise an error listing the valid modes."""
+    if mode not in CT_MODES:
+        raise ValueError(f"unknown CT_MODE {mode!r}; valid modes: {', '.join(CT_MODES)}")
+    return mode
+
+
+def default_profile_name(device: str | torch.device) -> str:
+    """The tutorial's configuration on any GPU, the reduced one on a CPU."""
+    return "cpu" if torch.device(device).type == "cpu" else "tutorial"
+
+
+def _from_env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def resolve_parameters(
+    ct_mode: str | None, profile: str | None, device: str | torch.device | None = None
+) -> tuple[str, Profile]:
+    """Turn a chapter's ``parameters`` cell into a checked (mode, profile) pair.
+
+    ``None`` means "not set by papermill": the mode then comes from $CT_MODE (else ``plot``, which
+    never trains), the profile from $CFBOOK_PROFILE (else the default for ``device``; with
+    ``device=None`` the device is detected only when it is needed).
+    """
+    mode = check_mode(ct_mode if ct_mode is not None else _from_env("CT_MODE") or "plot")
+    name = profile if profile is not None else _from_env("CFBOOK_PROFILE")
+    if name is None:
+        if device is None:
+            from cfbook.device import detect_device
+
+            device = detect_device(verbose=False)
+        name = default_profile_name(device)
+    return mode, get_profile(name)

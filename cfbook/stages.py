@@ -1,0 +1,127 @@
+"""The two training stages and the plot stage's loader: everything the chapters call.
+
+Each training runs in its own process (one CT_MODE per kernel) and leaves only a JSON log behind,
+so a second heavy training never inherits the first one's fragmented accelerator memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from cfbook.data import display_path, find_data_dir, load_mnist
+from cfbook.device import describe_device, free_cached_memory
+from cfbook.generators import NativeGenerator
+from cfbook.log import TrainingLog, load_log, save_log
+from cfbook.models import mlp, resnet18_mnist
+from cfbook.objectives import FullObjective, Objective, VanillaObjective
+from cfbook.profiles import Profile, check_mode
+from cfbook.training import counterfactual_training
+
+__all__ = [
+    "TRAINING_MODES",
+    "build_model",
+    "load_comparison_logs",
+    "log_path",
+    "profile_dir",
+    "run_training_stage",
+]
+
+TRAINING_MODES = ("full", "vanilla")
+
+_MODELS: dict[str, Callable[[], nn.Module]] = {"resnet18": resnet18_mnist, "mlp": mlp}
+_OBJECTIVES: dict[str, Callable[[], Objective]] = {
+    "full": FullObjective,
+    # needs_ce=False: the baseline skips the counterfactual search entirely, as in the tutorial.
+    "vanilla": lambda: VanillaObjective(needs_ce=False),
+}
+
+
+def profile_dir(data_dir: str | Path | None, profile_name: str) -> Path:
+    """Folder holding one profile's logs and executed stage notebooks."""
+    root = Path(data_dir) if data_dir is not None else find_data_dir()
+    return root / profile_name
+
+
+def log_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
+    """Where the training stage ``mode`` (full or vanilla) saves its log."""
+    if check_mode(mode) not in TRAINING_MODES:
+        raise ValueError(f"only {' and '.join(TRAINING_MODES)} stages write logs, not {mode!r}")
+    return profile_dir(data_dir, profile_name) / f"{mode}.json"
+
+
+def build_model(name: str) -> nn.Module:
+    """A freshly initialised model of the profile's kind (seed first for identical weights)."""
+    try:
+        return _MODELS[name]()
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(_MODELS)}") from None
+
+
+def run_training_stage(
+    mode: str, profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
+) -> TrainingLog | None:
+    """Train the objective selected by ``mode`` and save its log; any other mode trains nothing.
+
+    The model is built right after re-seeding with ``profile.seed``, so the full and the vanilla
+    stage start from identical weights and see the same mini-batch order.
+    """
+    if check_mode(mode) not in TRAINING_MODES:
+        print(f"CT_MODE={mode}: skipping the training stages (profile {profile.name}).")
+        return None
+    device = torch.device(device)
+    path = log_path(data_dir, profile.name, mode)
+    data = load_mnist(profile.n, device=device, seed=profile.seed, root=path.parents[1])
+    torch.manual_seed(profile.seed)
+    model = build_model(profile.model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
+    model, log = counterfactual_training(
+        _OBJECTIVES[mode](),
+        model,
+        NativeGenerator(maxiter=profile.maxiter),
+        data.loader(batch_size=profile.batch_size, shuffle=True, seed=profile.seed),
+        optimizer,
+        device=device,
+        nepochs=profile.nepochs,
+        domain=data.domain,
+        burnin=profile.burnin,
+        nce=profile.nce,
+        cf_batchsize=profile.cf_batchsize,
+        accuracy_every=profile.accuracy_every,
+        val_loader=data.val_loader(),
+    )
+    log.meta.update(
+        profile=profile.name,
+        config=asdict(profile),
+        data_source=data.source,
+        device_name=describe_device(device),
+    )
+    save_log(log, path)
+    print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path)}")
+    # Hand the accelerator's cached blocks back before the kernel moves on or exits.
+    del model, optimizer, data
+    free_cached_memory(device)
+    return log
+
+
+def load_comparison_logs(
+    profile_name: str, *, data_dir: str | Path | None = None
+) -> tuple[TrainingLog, TrainingLog] | None:
+    """Both logs of ``profile_name``, or ``None`` after saying which command produces them."""
+    paths = [log_path(data_dir, profile_name, mode) for mode in TRAINING_MODES]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        command = f"python -m cfbook.pipeline --profile {profile_name} --stages-only"
+        if data_dir is not None:
+            command += f" --data-dir {Path(data_dir)}"
+        print(
+            "Missing training log(s): " + ", ".join(display_path(p) for p in missing)
+            + f"\nRun both training stages first: {command}"
+        )
+        return None
+    log_full, log_vanilla = (load_log(p) for p in paths)
+    return log_full, log_vanilla

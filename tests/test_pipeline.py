@@ -1,0 +1,363 @@
+"""The book pipeline: stages, chapter list, log reuse, failures, and the smoke build end to end."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+import yaml
+from conftest import REPO, SmokeBook
+
+from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
+from cfbook.pipeline import (
+    TRAINING_CHAPTER,
+    _reuse_reason,
+    _starts_this_python,
+    kernel_name,
+    main,
+    stage_notebook_path,
+)
+from cfbook.profiles import MODEL_NAMES, get_profile
+from cfbook.site import CONFIG_FILE, PLOTLY_JS, read_book
+from cfbook.stages import (
+    TRAINING_MODES,
+    build_model,
+    load_comparison_logs,
+    log_path,
+    run_training_stage,
+)
+
+SMOKE = get_profile("smoke")
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(args)
+    return code, out.getvalue()
+
+
+# --- the chapter list: _quarto.yml, book/ and the pipeline agree ---------------------------------
+
+
+def test_quarto_yml_is_a_book_that_renders_executed_notebooks() -> None:
+    config = yaml.safe_load((REPO / CONFIG_FILE).read_text(encoding="utf-8"))
+    assert config["project"]["type"] == "book"
+    assert config["project"]["output-dir"] == "_site"
+    assert PLOTLY_JS in config["project"]["resources"]
+    assert config["execute"]["enabled"] is False
+    html = config["format"]["html"]
+    assert html["html-math-method"] == "mathml"  # no MathJax from a CDN
+    assert any(PLOTLY_JS in item["text"] for item in html["include-in-header"])
+    assert config["book"]["chapters"][0] == "book/index.ipynb"
+
+
+def test_quarto_chapters_and_book_files_agree() -> None:
+    book = read_book(REPO)
+    names = [c.name for c in book.chapters]
+    assert book.chapter_dir == REPO / "book"
+    assert sorted(names) == sorted(p.name for p in (REPO / "book").glob("*.ipynb"))
+    assert names[0] == "index.ipynb" and TRAINING_CHAPTER in names
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("chapter", read_book(REPO).chapters, ids=lambda c: c.name)
+def test_every_chapter_has_the_papermill_parameters(chapter: Path) -> None:
+    params = papermill.inspect_notebook(str(REPO / chapter))
+    assert {name: p["default"] for name, p in params.items()} == {
+        "CT_MODE": "None", "profile": "None", "data_dir": "None",
+    }
+
+
+def test_read_book_rejects_a_bad_chapter_list(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=CONFIG_FILE):
+        read_book(tmp_path)
+    (tmp_path / CONFIG_FILE).write_text("book:\n  chapters: [book/intro.ipynb]\n")
+    with pytest.raises(ValueError, match="index.ipynb"):
+        read_book(tmp_path)
+    (tmp_path / CONFIG_FILE).write_text("book:\n  chapters: [book/index.ipynb, other/a.ipynb]\n")
+    with pytest.raises(ValueError, match="one folder"):
+        read_book(tmp_path)
+    (tmp_path / CONFIG_FILE).write_text(
+        "book:\n  chapters:\n    - book/index.ipynb\n"
+        "    - part: Two\n      chapters: [book/b.ipynb]\n"
+    )
+    assert [c.name for c in read_book(tmp_path).chapters] == ["index.ipynb", "b.ipynb"]
+
+
+# --- dependencies: environment.yml and pyproject.toml name the same packages ----------------------
+
+_CONDA_TO_PIP = {"pytorch": "torch"}
+# The interpreter, the installer, and Quarto (a CLI that PyPI cannot provide offline).
+_CONDA_ONLY = {"python", "pip", "quarto"}
+
+
+def _name(spec: str) -> str:
+    name = re.split(r"[\s<>=!~;\[]", spec.strip(), maxsplit=1)[0]
+    name = name.split("::")[-1].lower().replace("_", "-")  # conda channel prefix, PEP 503
+    return _CONDA_TO_PIP.get(name, name)
+
+
+def test_environment_yml_and_pyproject_name_the_same_dependencies() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    env = yaml.safe_load((REPO / "environment.yml").read_text(encoding="utf-8"))
+    conda: set[str] = set()
+    for dep in env["dependencies"]:
+        specs = dep["pip"] if isinstance(dep, dict) else [dep]
+        # pip-only extras count; "-e ." (the project itself) and paths do not.
+        conda |= {_name(s) for s in specs if not s.startswith(("-", ".", "/"))}
+    conda -= _CONDA_ONLY
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    specs = [*project["dependencies"]]
+    for extra in project.get("optional-dependencies", {}).values():
+        specs += extra
+    pip = {_name(s) for s in specs}
+    assert conda == pip, f"only in environment.yml: {conda - pip}; only in pyproject: {pip - conda}"
+
+
+# --- stages (the functions the chapters call) ----------------------------------------------------
+
+
+def test_log_and_notebook_paths(tmp_path: Path) -> None:
+    assert log_path(tmp_path, "cpu", "full") == tmp_path / "cpu" / "full.json"
+    assert log_path(tmp_path, "cpu", "vanilla") == tmp_path / "cpu" / "vanilla.json"
+    assert stage_notebook_path(tmp_path, "cpu", "full") == tmp_path / "cpu" / "training-full.ipynb"
+    with pytest.raises(ValueError, match="full and vanilla"):
+        log_path(tmp_path, "cpu", "plot")
+    with pytest.raises(ValueError, match="valid modes"):
+        log_path(tmp_path, "cpu", "fast")
+
+
+def test_plot_mode_trains_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_training_stage("plot", SMOKE, device="cpu", data_dir=tmp_path) is None
+    assert "skipping" in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())
+
+
+def test_missing_logs_say_which_command_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert load_comparison_logs("smoke", data_dir=tmp_path) is None
+    out = capsys.readouterr().out
+    assert str(tmp_path / "smoke" / "full.json") in out
+    assert f"python -m cfbook.pipeline --profile smoke --stages-only --data-dir {tmp_path}" in out
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_profile_model_can_be_built(name: str) -> None:
+    import torch
+
+    model = build_model(name)
+    assert model(torch.zeros(2, 784)).shape == (2, 10)
+
+
+def test_unknown_model_is_an_error() -> None:
+    with pytest.raises(ValueError, match="resnet18, mlp"):
+        build_model("vgg")
+
+
+def _log(config: dict) -> TrainingLog:
+    record = EpochRecord(1, 0.5, 0.5, 1.0, None, None, None, 0.1, 1.0, 0.0)
+    return TrainingLog([record], {"profile": "smoke", "config": config})
+
+
+def test_reuse_needs_a_readable_log_of_the_same_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "full.json"
+    assert _reuse_reason(path, SMOKE) is None  # missing
+    save_log(_log(dataclasses.asdict(SMOKE)), path)
+    assert "reusing" in _reuse_reason(path, SMOKE)
+    save_log(_log({**dataclasses.asdict(SMOKE), "nepochs": 99}), path)
+    assert _reuse_reason(path, SMOKE) is None
+    assert "another 'smoke' configuration" in capsys.readouterr().out
+    path.write_text("{not json")
+    assert _reuse_reason(path, SMOKE) is None
+    assert "corrupt" in capsys.readouterr().out
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def test_kernel_check_recognises_this_interpreter() -> None:
+    assert _starts_this_python(sys.executable)
+    sibling = Path(sys.executable).with_name(f"python{sys.version_info[0]}")
+    assert _starts_this_python(str(sibling)) == sibling.exists()  # same venv, other link name
+    assert _starts_this_python("python")  # jupyter_client swaps it for sys.executable
+    assert not _starts_this_python("/opt/some/other/python3")
+
+
+def test_a_shadowed_python3_kernel_gets_a_cfbook_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow = tmp_path / "shadow" / "kernels" / "python3"
+    shadow.mkdir(parents=True)
+    argv = ["/opt/other/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (shadow / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "other"}))
+    prefix = tmp_path / "prefix"
+    monkeypatch.setenv("JUPYTER_PATH", f"{tmp_path / 'shadow'}:{prefix / 'share' / 'jupyter'}")
+    monkeypatch.setattr(sys, "prefix", str(prefix))  # install here, not into the real venv
+    assert kernel_name() == "cfbook"
+    spec = json.loads((prefix / "share/jupyter/kernels/cfbook/kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable
+    assert kernel_name() == "cfbook"  # found again, not reinstalled
+
+
+def test_unknown_profile_on_the_command_line_lists_the_valid_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--profile", "huge"])
+    assert info.value.code == 2
+    assert "cpu" in capsys.readouterr().err
+
+
+def test_missing_chapter_files_are_reported(tmp_path: Path) -> None:
+    shutil.copyfile(REPO / CONFIG_FILE, tmp_path / CONFIG_FILE)
+    (tmp_path / "book").mkdir()
+    code, out = _run(["--profile", "smoke", "--project-dir", str(tmp_path), "--no-site"])
+    assert code == 2
+    assert "missing" in out and "index.ipynb" in out
+
+
+def _stub_book(project: Path, training_source: str) -> None:
+    """A project whose training chapter runs ``training_source`` (other chapters never run)."""
+    shutil.copyfile(REPO / CONFIG_FILE, project / CONFIG_FILE)
+    for chapter in read_book(project).chapters:
+        nb = nbformat.v4.new_notebook()
+        nb.metadata.kernelspec = {"name": "python3", "language": "python", "display_name": "Py"}
+        nb.cells = [
+            nbformat.v4.new_code_cell("CT_MODE = None", metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(training_source if chapter.name == TRAINING_CHAPTER else ""),
+        ]
+        (project / chapter).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, project / chapter)
+
+
+@pytest.mark.slow
+def test_a_failing_stage_names_itself_and_its_notebook(tmp_path: Path) -> None:
+    _stub_book(tmp_path, "raise RuntimeError('boom in ' + CT_MODE)")
+    data_dir = tmp_path / "data"
+    code, out = _run(
+        ["--profile", "smoke", "--project-dir", str(tmp_path), "--data-dir", str(data_dir)]
+    )
+    notebook = stage_notebook_path(data_dir, "smoke", "full")
+    assert code == 1
+    assert "stage 'training, CT_MODE=full' failed: RuntimeError: boom in full" in out
+    assert f"executed notebook: {notebook}" in out
+    assert "boom in full" in notebook.read_text()  # the traceback is kept in the notebook
+    assert "CT_MODE=vanilla" not in out  # the build stopped at the failing stage
+
+
+@pytest.mark.slow
+def test_a_stage_that_writes_no_log_fails(tmp_path: Path) -> None:
+    _stub_book(tmp_path, "pass")
+    code, out = _run(
+        ["--profile", "smoke", "--project-dir", str(tmp_path), "--data-dir", str(tmp_path)]
+    )
+    assert code == 1
+    assert "wrote no log" in out and str(tmp_path / "smoke" / "full.json") in out
+
+
+# --- the smoke build, end to end (built once per session in conftest) ---------------------------
+
+
+@pytest.mark.slow
+def test_smoke_pipeline_runs_every_stage_in_order(smoke_book: SmokeBook) -> None:
+    assert smoke_book.exit_code == 0, smoke_book.output
+    names = [c.name for c in read_book(REPO).chapters]
+    stages = re.findall(r"^\[\d+/\d+\] (.+)$", smoke_book.output, flags=re.MULTILINE)
+    assert stages == [
+        "training, CT_MODE=full", "training, CT_MODE=vanilla",
+        *[f"chapter {name}, CT_MODE=plot" for name in names], "website",
+    ]
+    assert len(re.findall(r"done in [\d.]+ s", smoke_book.output)) == len(stages)
+    assert sorted(p.name for p in smoke_book.build_dir.glob("*.ipynb")) == sorted(names)
+    for name in names:  # plot mode came from the environment: nothing injected, no run metadata
+        nb = nbformat.read(smoke_book.build_dir / name, as_version=4)
+        assert "papermill" not in nb.metadata
+        assert not [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+
+
+@pytest.mark.slow
+def test_smoke_logs_hold_the_expected_records(smoke_book: SmokeBook) -> None:
+    full, vanilla = (load_log(log_path(smoke_book.data_dir, "smoke", m)) for m in TRAINING_MODES)
+    epochs = list(range(1, SMOKE.nepochs + 1))
+    burnin = round(SMOKE.burnin * SMOKE.nepochs)
+    for log in (full, vanilla):
+        assert [r.epoch for r in log] == epochs
+        assert log.meta["profile"] == "smoke"
+        assert log.meta["config"] == dataclasses.asdict(SMOKE)
+        assert log.meta["burnin_epochs"] == burnin
+        assert all(r.time_taken > 0 for r in log)
+        measured = [r.epoch for r in log if r.acc is not None]
+        assert measured == [e for e in epochs if e % SMOKE.accuracy_every == 0]
+        assert all((r.acc is None) == (r.acc_val is None) for r in log)
+    assert full.meta["objective"] == "FullObjective"
+    assert vanilla.meta["objective"] == "VanillaObjective"
+    # Counterfactual terms exist only after burn-in, and never for the vanilla baseline.
+    assert [r.implaus is not None for r in full] == [e > burnin for e in epochs]
+    assert [r.adv_loss is not None for r in full] == [e > burnin for e in epochs]
+    assert all(r.implaus is None and r.reg_loss is None for r in vanilla)
+    assert all(r.percent_valid == 1.0 and r.avg_iter == 0.0 for r in vanilla)
+
+
+@pytest.mark.slow
+def test_smoke_stage_notebooks_are_kept_beside_the_logs(smoke_book: SmokeBook) -> None:
+    for mode in TRAINING_MODES:
+        nb = nbformat.read(stage_notebook_path(smoke_book.data_dir, "smoke", mode), as_version=4)
+        assert nb.metadata.papermill.parameters == {"CT_MODE": mode, "profile": "smoke"}
+        assert nb.metadata.papermill.exception is None
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        assert not [o for o in outputs if o.output_type == "error"]
+        assert any(f"Saved the {mode} log" in o.get("text", "") for o in outputs)
+
+
+@pytest.mark.slow
+def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> None:
+    nb = nbformat.read(smoke_book.build_dir / "comparison.ipynb", as_version=4)
+    figures = [
+        o.data["application/vnd.plotly.v1+json"]
+        for c in nb.cells if c.cell_type == "code"
+        for o in c.outputs if "application/vnd.plotly.v1+json" in o.get("data", {})
+    ]
+    assert len(figures) == 1
+    assert {"xaxis", "xaxis2", "xaxis3"} <= set(figures[0]["layout"])
+    html = next(
+        o.data["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+        if "application/vnd.plotly.v1+json" in o.get("data", {})
+    )
+    assert len(html) < 200_000  # plotly.js itself is never inlined into a notebook
+
+
+@pytest.mark.slow
+def test_smoke_site_has_a_page_per_chapter_and_one_plotly(smoke_book: SmokeBook) -> None:
+    site = smoke_book.site_dir
+    pages = sorted(p.name for p in site.glob("*.html"))
+    assert pages == sorted(f"{c.stem}.html" for c in read_book(REPO).chapters)
+    assert [p.name for p in site.rglob(PLOTLY_JS)] == [PLOTLY_JS]
+    for page in site.glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        head = text.split("</head>")[0]
+        assert f'<script src="{PLOTLY_JS}"></script>' in head
+        assert not re.search(r"<script[^>]+src=\"(https?:)?//", text)  # nothing from a CDN
+
+
+@pytest.mark.slow
+def test_existing_logs_are_reused_without_force(smoke_book: SmokeBook) -> None:
+    paths = [log_path(smoke_book.data_dir, "smoke", m) for m in TRAINING_MODES]
+    before = [p.stat().st_mtime_ns for p in paths]
+    code, out = _run(smoke_book.cli_args("--stages-only"))
+    assert code == 0, out
+    assert out.count("pass --force to retrain") == 2
+    assert [p.stat().st_mtime_ns for p in paths] == before
+
