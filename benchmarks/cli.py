@@ -1,0 +1,90 @@
+"""Command line of ``python -m benchmarks.run``: pick benchmarks and device, print, record."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from benchmarks import efficiency, memory, overhead, precision, speedup, syncs, throughput
+from benchmarks.common import Context, Table
+from benchmarks.config import FULL, QUICK
+from benchmarks.results import machine, render_block, write_block
+from cfbook.device import detect_device
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
+    "throughput": (throughput.TITLE, throughput.run),
+    "efficiency": (efficiency.TITLE, efficiency.run),
+    "overhead": (overhead.TITLE, overhead.run),
+    "memory": (memory.TITLE, memory.run),
+    "speedup": (speedup.TITLE, speedup.run),
+    "precision": (precision.TITLE, precision.run),
+    "syncs": (syncs.TITLE, syncs.run),
+}
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Run cfbook's benchmarks, print their tables and record them in "
+        "benchmarks/RESULTS.md. Progress goes to stderr, tables to stdout.",
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes and few repeats: checks that everything runs")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda or mps (default: the GPU if there is one, else cpu)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice, one per core)")
+    parser.add_argument("--note", default="",
+                        help="remark added to each block's provenance line, e.g. 'shared machine'")
+    parser.add_argument("--output", type=Path, default=RESULTS,
+                        help=f"results file to update (default: {RESULTS})")
+    return parser.parse_args(argv)
+
+
+def _selected(only: str | None) -> list[str]:
+    if only is None:
+        return list(BENCHMARKS)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown or not names:
+        raise SystemExit(
+            f"--only: unknown benchmark(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(BENCHMARKS)}"
+        )
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the selected benchmarks; each block is written as soon as it is measured."""
+    args = _parse_args(argv)
+    names = _selected(args.only)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit(f"--threads must be a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    device = detect_device(args.device, verbose=False)
+    ctx = Context(device, args.quick, QUICK if args.quick else FULL, note=args.note)
+    ctx.log(f"benchmarks {', '.join(names)} on {device}: {machine(ctx)}")
+    order = list(BENCHMARKS)
+    for name in names:
+        title, bench = BENCHMARKS[name]
+        if name == "speedup" and device.type != "cuda":
+            ctx.log("speedup: skipped (needs a CUDA GPU; the GPU run compares with the CPU)")
+            continue
+        ctx.log(f"{name}: started")
+        t0 = time.perf_counter()
+        tables = bench(ctx)
+        seconds = time.perf_counter() - t0
+        body = render_block(ctx, title, tables, seconds)
+        print(body, flush=True)
+        write_block(args.output, ctx, name, body, order)
+        ctx.log(f"{name}: done in {seconds:.0f} s, written to {args.output}")
+    ctx.log(f"all done in {time.perf_counter() - ctx.started:.0f} s")
+    return 0
