@@ -17,6 +17,7 @@ def _atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make shared logs unreadable
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -25,6 +26,12 @@ def _atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -73,8 +73,8 @@ PROFILES: dict[str, Profile] = {
     ),
     # Same model and search on fewer samples and epochs: shows the same effects on a 2-core CPU.
     "cpu": Profile(
-        name="cpu", model="resnet18", n=2000, nepochs=10, batch_size=128, lr=1e-3,
-        nce=256, cf_batchsize=256, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
+        name="cpu", model="resnet18", n=3000, nepochs=20, batch_size=128, lr=1e-3,
+        nce=512, cf_batchsize=512, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
     ),
     # Seconds per training: exercises every code path (burn-in, skipped accuracy) for tests.
     "smoke": Profile(

@@ -161,6 +161,23 @@ def test_summary_markdown_follows_the_numbers(logs):
     assert "comparable" in text
 
 
+def test_summary_explains_an_odd_first_counterfactual_epoch(logs):
+    full, vanilla = logs
+    # As in real runs: the first search meets an untrained-for model and mostly succeeds.
+    for record, implaus, valid in zip(full[2:], [-3.0, -0.2, -0.5, -0.8], [0.9, 0.2, 0.2, 0.2],
+                                      strict=True):
+        record.implaus, record.percent_valid = implaus, valid
+    s = comparison_summary(full, vanilla)
+    assert s["implaus_later_slope"] == pytest.approx(-0.3)
+    assert (s["implaus_later_first"], s["implaus_later_first_epoch"]) == (-0.2, 4)
+    assert s["percent_valid_first"] == 0.9
+    assert s["percent_valid_later_mean"] == pytest.approx(0.2)
+    text = summary_markdown(s)
+    assert "rose from -3.000 (epoch 3)" in text
+    assert "The first counterfactual epoch stands apart" in text and "90.0%" in text
+    assert "From epoch 4 on, the differential fell from -0.200 to -0.800 (-0.300 per epoch" in text
+
+
 def test_summary_markdown_when_no_counterfactual_was_valid(logs):
     full, vanilla = logs
     full.meta["burnin_epochs"] = vanilla.meta["burnin_epochs"] = 1

@@ -50,6 +50,7 @@ def test_atomic_writes_leave_no_temp_files_and_keep_old_file_on_failure(tmp_path
     target = tmp_path / "sub" / "file.txt"
     atomic_write_text(target, "first")
     assert target.read_text() == "first"
+    assert target.stat().st_mode & 0o044  # readable by others, as a plain write would be
 
     class Unpicklable:
         def __reduce__(self):
