@@ -6,8 +6,8 @@ no step, no bookkeeping) at the search's batch size:
 - full: ``maxiter`` passes over all rows (what a search without early stopping costs);
 - active: at iteration t, a pass over the rows still searching (``iterations > t``): the work
   the search cannot avoid;
-- schedule: the rows NativeGenerator really carries, since it drops converged rows only every
-  ``compact_every`` iterations.
+- schedule: the rows NativeGenerator really carries, since it drops converged rows only at its
+  compaction points (``NativeGenerator.compaction_points()``).
 
 Native / schedule isolates the per-iteration bookkeeping; schedule / active is the price of
 compacting only every few iterations.
@@ -51,11 +51,13 @@ def active_rows(iterations: Tensor, maxiter: int) -> list[int]:
     return [c for c in counts if c]
 
 
-def scheduled_rows(iterations: Tensor, maxiter: int, compact_every: int) -> list[int]:
+def scheduled_rows(iterations: Tensor, generator: NativeGenerator) -> list[int]:
     """Rows NativeGenerator carries per iteration: converged rows leave at compaction points."""
-    n, rows = iterations.shape[0], []
-    for t in range(maxiter):
-        last = (t // compact_every) * compact_every
+    n, rows, last = iterations.shape[0], [], 0
+    points = set(generator.compaction_points())
+    for t in range(generator.maxiter):
+        if t in points:
+            last = t
         r = n if last == 0 else int((iterations >= last).sum())
         if not r:
             break
@@ -136,7 +138,7 @@ def run(ctx: Context) -> list[Table]:
         results = _first_searches(ctx, searches, model, x, target)
         schedules = {
             s: (active_rows(results[s].iterations, maxiter),
-                scheduled_rows(results[s].iterations, maxiter, gen.compact_every))
+                scheduled_rows(results[s].iterations, gen))
             for s, gen in searches.items()
         }
         full_key = tuple([n] * maxiter)

@@ -222,8 +222,9 @@ class NativeGenerator(SearchParameters):
         def write_back() -> None:
             x[rows], nascent[rows], active[rows], iterations[rows] = xw, nw, aw, iw
 
+        compact_at = set(self.compaction_points())
         for t in range(self.maxiter):
-            if self._compacts_at(t):
+            if t in compact_at:
                 keep = aw.nonzero().squeeze(1)  # host sync: only at compaction points
                 if keep.numel() < rows.numel():
                     write_back()
@@ -266,10 +267,11 @@ class NativeGenerator(SearchParameters):
             active = probs.gather(1, target[:, None]).squeeze(1) < self.tau
         return CounterfactualResult(x, nascent, ~active, iterations)
 
-    def _compacts_at(self, t: int) -> bool:
-        """Early compaction points (1, 2, 4) drop samples that converge at once, then every
-        ``compact_every`` iterations; each costs one host read of the active set."""
-        return t in (1, 2, 4) or (t > 0 and t % self.compact_every == 0)
+    def compaction_points(self) -> list[int]:
+        """Iterations before which converged rows leave the batch, each costing one host read of
+        the active set: early (1, 2, 4) for samples that converge at once, then every
+        ``compact_every`` iterations."""
+        return [t for t in range(1, self.maxiter) if t in (1, 2, 4) or t % self.compact_every == 0]
 
 
 @dataclass(frozen=True)
