@@ -207,6 +207,81 @@ def _mean(total: Tensor | None, count: int) -> float | None:
     return None if total is None or count == 0 else float(total) / count
 
 
+def _resume(
+    checkpoint_dir: str | Path,
+    objective: Objective,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rng: torch.Generator,
+    loader: object,
+    log: TrainingLog,
+) -> int:
+    """Restore the last completed epoch's state, if any; returns the epoch to start from."""
+    state = load_checkpoint(checkpoint_dir)
+    if state is None:
+        return 1
+    if state.get("objective") != objective.name:
+        raise ValueError(
+            f"checkpoint in {checkpoint_dir} belongs to {state.get('objective')}, not "
+            f"{objective.name}; use another checkpoint_dir"
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    _restore_rng_states(state["rng"], rng, loader)
+    log.extend(EpochRecord(**r) for r in state["log"])
+    return state["epoch"] + 1
+
+
+def _train_epoch(
+    model: nn.Module,
+    objective: Objective,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    epoch: int,
+    *,
+    cf: CounterfactualBatch | None,
+    chunks: list[slice] | None,
+    fuse: bool,
+    amp: str | None,
+    scaler: torch.amp.GradScaler | None,
+) -> tuple[Tensor, dict[str, Tensor], int]:
+    """One pass over the mini-batches, each with its chunk of counterfactual terms.
+
+    Returns the summed loss and unweighted terms of the applied steps (as device tensors, read
+    once per epoch) and the number of steps applied.
+    """
+    total = torch.zeros((), device=device)
+    sums: dict[str, Tensor] = {}
+    steps = 0
+    for b, (xb, yb) in enumerate(loader):
+        xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+        with autocast(amp, device):
+            loss = objective.lambda_clf * nn.functional.cross_entropy(model(xb).float(), yb)
+            terms = {}
+            if cf is not None:
+                terms = _counterfactual_terms(model, objective, cf, chunks[b], fuse)
+            for name, value in terms.items():
+                loss = loss + getattr(objective, _WEIGHT[name]) * value
+        optimizer.zero_grad(set_to_none=True)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        if not torch.isfinite(loss):  # the one sync per batch: skip a diverged step
+            warnings.warn(
+                f"non-finite loss in epoch {epoch}, batch {b}: update skipped", stacklevel=3
+            )
+            continue
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+        total += loss.detach()
+        for name, value in terms.items():
+            sums[name] = sums.get(name, 0.0) + value.detach()
+        steps += 1
+    return total, sums, steps
+
+
 def counterfactual_training(
     objective: Objective,
     model: nn.Module,
@@ -277,17 +352,8 @@ def counterfactual_training(
         }
     )
     start = 1
-    if checkpoint_dir is not None and (state := load_checkpoint(checkpoint_dir)) is not None:
-        if state.get("objective") != objective.name:
-            raise ValueError(
-                f"checkpoint in {checkpoint_dir} belongs to {state.get('objective')}, not "
-                f"{objective.name}; use another checkpoint_dir"
-            )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        _restore_rng_states(state["rng"], rng, train_loader)
-        log.extend(EpochRecord(**r) for r in state["log"])
-        start = state["epoch"] + 1
+    if checkpoint_dir is not None:
+        start = _resume(checkpoint_dir, objective, model, optimizer, rng, train_loader, log)
 
     epochs = tqdm(
         range(start, nepochs + 1), desc=objective.name, unit="epoch", total=nepochs,
@@ -301,34 +367,12 @@ def counterfactual_training(
                 model, generator, x_all, y_all, nce, n_classes, neighbours, constraints,
                 domain, mutability, cf_batchsize, rng,
             )
-        use_terms = cf is not None and objective.uses_counterfactual_terms
         model.train()
-        total = torch.zeros((), device=device)
-        sums: dict[str, Tensor] = {}
-        for b, (xb, yb) in enumerate(train_loader):
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-            with autocast(amp, device):
-                loss = objective.lambda_clf * nn.functional.cross_entropy(model(xb).float(), yb)
-                if use_terms:
-                    terms = _counterfactual_terms(model, objective, cf, chunks[b], fuse_cf_forwards)
-                    for name, value in terms.items():
-                        loss = loss + getattr(objective, _WEIGHT[name]) * value
-                        sums[name] = sums.get(name, 0.0) + value.detach()
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            if not torch.isfinite(loss):  # the one sync per batch: skip a diverged step
-                warnings.warn(f"non-finite loss in epoch {epoch}, batch {b}: update skipped",
-                              stacklevel=2)
-                continue
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            total += loss.detach()
+        total, sums, steps = _train_epoch(
+            model, objective, train_loader, optimizer, device, epoch,
+            cf=cf if objective.uses_counterfactual_terms else None,
+            chunks=chunks if search else None, fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
+        )
         _synchronize(device)
         time_taken = time.perf_counter() - t0
 
@@ -341,10 +385,10 @@ def counterfactual_training(
             epoch=epoch,
             acc=acc,
             acc_val=acc_val,
-            train_loss=float(total) / max(n_batches, 1),
-            implaus=_mean(sums.get("implaus"), n_batches),
-            reg_loss=_mean(sums.get("reg_loss"), n_batches),
-            adv_loss=_mean(sums.get("adv_loss"), n_batches),
+            train_loss=_mean(total, steps) if steps else float("nan"),
+            implaus=_mean(sums.get("implaus"), steps),
+            reg_loss=_mean(sums.get("reg_loss"), steps),
+            adv_loss=_mean(sums.get("adv_loss"), steps),
             time_taken=time_taken,
             percent_valid=1.0 if cf is None else float(cf.valid.float().mean()),
             avg_iter=0.0 if cf is None else float(cf.iterations.float().mean()),
