@@ -50,7 +50,8 @@ def implausibility(
         members = x[y == cls]
         if members.shape[0] == 0:
             raise ValueError(f"no samples of target class {cls} to measure implausibility against")
-        pick = torch.randperm(members.shape[0], generator=generator, device="cpu")[:n_draws]
+        where = generator.device if generator is not None else members.device
+        pick = torch.randperm(members.shape[0], generator=generator, device=where)[:n_draws]
         rows = target == cls
         out[rows] = torch.cdist(counterfactuals[rows], members[pick.to(x.device)], p=1).mean(1)
     return out
