@@ -20,10 +20,10 @@ import torch
 from torchvision.datasets.mnist import read_image_file, read_label_file
 from torchvision.datasets.utils import check_integrity
 
+from cfbook.models import IMAGE_SHAPE, N_FEATURES
+
 __all__ = ["DeviceLoader", "MNISTData", "display_path", "find_data_dir", "load_mnist"]
 
-IMAGE_SIDE = 28
-N_FEATURES = IMAGE_SIDE * IMAGE_SIDE
 DOWNLOAD_TIMEOUT_S = 10.0
 
 # (images file, labels file, number of samples) per split; MD5s are those of the official .gz files.
@@ -55,11 +55,11 @@ def find_data_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "data"
 
 
-def display_path(path: str | Path) -> str:
+def display_path(path: str | Path, data_dir: str | Path | None = None) -> str:
     """``path`` relative to the folder above the data folder (``data/cpu/full.json``), so printed
     messages, and the executed notebooks that keep them, hold no machine-specific paths."""
     path = Path(path).resolve()
-    base = find_data_dir().resolve().parent
+    base = Path(data_dir if data_dir is not None else find_data_dir()).resolve().parent
     return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
@@ -260,7 +260,7 @@ def _read_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor, tor
             f"could not read MNIST files {images_path} / {labels_path} ({err!r}); delete them and "
             "restore the official .gz files."
         ) from err
-    if tuple(images.shape[1:]) != (IMAGE_SIDE, IMAGE_SIDE) or images.shape[0] != labels.shape[0]:
+    if tuple(images.shape[1:]) != IMAGE_SHAPE[1:] or images.shape[0] != labels.shape[0]:
         raise ValueError(
             f"{images_path} holds images of shape {tuple(images.shape)} and {labels_path} "
             f"{labels.shape[0]} labels; expected N x 28 x 28 images with N labels."
@@ -325,6 +325,7 @@ def load_mnist(
         _download_train(root)
         train_files = _locate_split(raw, "train")
 
+    shown = display_path(raw, root)
     generator = torch.Generator().manual_seed(seed)
     test_images, test_labels = _read_split(*test_files)
     test_order = torch.randperm(test_images.shape[0], generator=generator)
@@ -333,15 +334,14 @@ def load_mnist(
     if train_files is not None:
         pool_images, pool_labels = _read_split(*train_files)
         pool_idx = torch.randperm(pool_images.shape[0], generator=generator)
-        source = f"MNIST training split ({pool_images.shape[0]} images in {display_path(raw)})"
+        source = f"MNIST training split ({pool_images.shape[0]} images in {shown})"
     else:
         pool_images, pool_labels = test_images, test_labels
         pool_idx = test_order[n_val:]
         source = (
-            f"MNIST official test split ({test_images.shape[0]} images in {display_path(raw)}), "
-            "seeded into "
-            "training and held-out parts; the full training split is used when its files are "
-            "present or with download=True"
+            f"MNIST official test split ({test_images.shape[0]} images in {shown}), "
+            "seeded into training and held-out parts; the full training split is used when its "
+            "files are present or with download=True"
         )
     available = pool_idx.shape[0]
     if n is not None and n > available:

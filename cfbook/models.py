@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 from torchvision.models import resnet18
 
-__all__ = ["FlatImageClassifier", "count_parameters", "mlp", "resnet18_mnist"]
+__all__ = [
+    "IMAGE_SHAPE",
+    "MODELS",
+    "N_FEATURES",
+    "FlatImageClassifier",
+    "build_model",
+    "count_parameters",
+    "mlp",
+    "resnet18_mnist",
+]
 
 IMAGE_SHAPE = (1, 28, 28)
 N_FEATURES = 28 * 28
@@ -67,6 +76,17 @@ def mlp(
             layers.append(nn.ReLU())
         layers.append(nn.Linear(w_in, w_out))
     return nn.Sequential(*layers)
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {"resnet18": resnet18_mnist, "mlp": mlp}
+
+
+def build_model(name: str) -> nn.Module:
+    """A freshly initialised model by name (seed first for identical weights)."""
+    try:
+        return MODELS[name]()
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}") from None
 
 
 def count_parameters(model: nn.Module) -> int:

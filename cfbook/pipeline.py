@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -129,25 +131,36 @@ def _environment(**values: str) -> Iterator[None]:
 
 def _execute(
     stage: str, source: Path, output: Path, parameters: dict | None, *, cwd: Path, kernel: str,
-    verbose: bool,
+    verbose: bool, keep_metadata: tuple[str, ...] = (),
 ) -> float:
     """Run one notebook in a fresh kernel; return its wall time or raise :class:`StageFailed`.
 
-    ``parameters`` are injected by papermill (a new cell after the ``parameters`` cell).
+    ``parameters`` are injected by papermill (a new cell after the ``parameters`` cell). papermill
+    rewrites its output file as it goes, so it writes a temporary file beside ``output``, which
+    replaces ``output`` only on success: a failed or interrupted run leaves the previous notebook
+    intact and keeps its own beside it as ``<name>.failed.ipynb``.
     """
     output.parent.mkdir(parents=True, exist_ok=True)
+    running = output.with_name(f".{output.stem}.running.ipynb")
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
-            str(source), str(output), parameters=parameters, kernel_name=kernel, cwd=str(cwd),
+            str(source), str(running), parameters=parameters, kernel_name=kernel, cwd=str(cwd),
             progress_bar=False, log_output=verbose,
             # Quiet the kernel's own log (e.g. its TCP notice); cell errors land in the notebook.
             extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
         )
-    except papermill.PapermillExecutionError as err:
-        raise StageFailed(stage, output, f"{err.ename}: {err.evalue}") from err
-    except Exception as err:  # a dead kernel, a kernel that never started, ...
-        raise StageFailed(stage, output, f"{type(err).__name__}: {err}") from err
+    except BaseException as err:
+        failed = output.with_name(f"{output.stem}.failed.ipynb")
+        if running.is_file():
+            os.replace(running, failed)
+        if isinstance(err, papermill.PapermillExecutionError):
+            raise StageFailed(stage, failed, f"{err.ename}: {err.evalue}") from err
+        if isinstance(err, Exception):  # a dead kernel, a kernel that never started, ...
+            raise StageFailed(stage, failed, f"{type(err).__name__}: {err}") from err
+        raise  # KeyboardInterrupt and friends: stop, with the old notebook untouched
+    _strip_run_metadata(running, keep=keep_metadata)
+    os.replace(running, output)
     return time.perf_counter() - start
 
 
@@ -244,11 +257,10 @@ def run_pipeline(
             seconds = _execute(
                 stage, book_dir / TRAINING_CHAPTER, notebook,
                 {"CT_MODE": mode, "profile": profile.name}, cwd=book_dir, kernel=kernel,
-                verbose=verbose,
+                verbose=verbose, keep_metadata=("parameters", "exception", "duration"),
             )
             if not path.is_file():
                 raise StageFailed(stage, notebook, f"the notebook finished but wrote no log {path}")
-            _strip_run_metadata(notebook, keep=("parameters", "exception", "duration"))
             print(f"       done in {_fmt(seconds)} -> {path} (notebook {notebook})", flush=True)
         if stages_only:
             print(f"Training stages done in {_fmt(time.perf_counter() - t_total)}")
@@ -262,7 +274,6 @@ def run_pipeline(
                 stage, book_dir / name, output, None, cwd=book_dir, kernel=kernel,
                 verbose=verbose,
             )
-            _strip_run_metadata(output)
             print(f"       done in {_fmt(seconds)} -> {output}", flush=True)
     index = None
     if site:
@@ -324,9 +335,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
+        if args.verbose and err.__cause__ is not None:
+            traceback.print_exception(err.__cause__)
         return 1
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ValueError, OSError, RuntimeError, subprocess.CalledProcessError) as err:
+        # Bad parameters, a missing chapter or device, a kernel or Quarto that will not run.
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
     return 0
 

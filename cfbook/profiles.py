@@ -7,9 +7,11 @@ pipeline and the tests agree on what "the tutorial run" or "the CPU run" means.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
+
+from cfbook.models import MODELS
 
 __all__ = [
     "CT_MODES",
@@ -23,7 +25,10 @@ __all__ = [
 ]
 
 CT_MODES = ("full", "vanilla", "plot")
-MODEL_NAMES = ("resnet18", "mlp")
+MODEL_NAMES = tuple(MODELS)
+
+
+_POSITIVE_INTS = ("n", "nepochs", "batch_size", "nce", "cf_batchsize", "maxiter", "accuracy_every")
 
 
 @dataclass(frozen=True)
@@ -50,13 +55,12 @@ class Profile:
                 f"profile {self.name!r}: model must be one of {', '.join(MODEL_NAMES)}, "
                 f"got {self.model!r}"
             )
-        for f in fields(self):
-            if f.type == "int" and f.name != "seed":
-                value = getattr(self, f.name)
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(
-                        f"profile {self.name!r}: {f.name} must be a positive integer, got {value!r}"
-                    )
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"profile {self.name!r}: {name} must be a positive integer, got {value!r}"
+                )
         if not 0.0 <= self.burnin < 1.0:
             raise ValueError(
                 f"profile {self.name!r}: burnin must be in [0, 1), got {self.burnin!r}"

@@ -11,20 +11,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from cfbook.data import display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
 from cfbook.generators import NativeGenerator
 from cfbook.log import TrainingLog, load_log, save_log
-from cfbook.models import mlp, resnet18_mnist
+from cfbook.models import build_model
 from cfbook.objectives import FullObjective, Objective, VanillaObjective
 from cfbook.profiles import Profile, check_mode
 from cfbook.training import counterfactual_training
 
 __all__ = [
     "TRAINING_MODES",
-    "build_model",
     "load_comparison_logs",
     "log_path",
     "profile_dir",
@@ -33,7 +31,6 @@ __all__ = [
 
 TRAINING_MODES = ("full", "vanilla")
 
-_MODELS: dict[str, Callable[[], nn.Module]] = {"resnet18": resnet18_mnist, "mlp": mlp}
 _OBJECTIVES: dict[str, Callable[[], Objective]] = {
     "full": FullObjective,
     # needs_ce=False: the baseline skips the counterfactual search entirely, as in the tutorial.
@@ -52,14 +49,6 @@ def log_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
     if check_mode(mode) not in TRAINING_MODES:
         raise ValueError(f"only {' and '.join(TRAINING_MODES)} stages write logs, not {mode!r}")
     return profile_dir(data_dir, profile_name) / f"{mode}.json"
-
-
-def build_model(name: str) -> nn.Module:
-    """A freshly initialised model of the profile's kind (seed first for identical weights)."""
-    try:
-        return _MODELS[name]()
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(_MODELS)}") from None
 
 
 def run_training_stage(
@@ -101,7 +90,7 @@ def run_training_stage(
         device_name=describe_device(device),
     )
     save_log(log, path)
-    print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path)}")
+    print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path, path.parents[1])}")
     # Hand the accelerator's cached blocks back before the kernel moves on or exits.
     del model, optimizer, data
     free_cached_memory(device)
@@ -119,7 +108,8 @@ def load_comparison_logs(
         if data_dir is not None:
             command += f" --data-dir {Path(data_dir)}"
         print(
-            "Missing training log(s): " + ", ".join(display_path(p) for p in missing)
+            "Missing training log(s): "
+            + ", ".join(display_path(p, p.parents[1]) for p in missing)
             + f"\nRun both training stages first: {command}"
         )
         return None

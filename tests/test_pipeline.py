@@ -18,6 +18,7 @@ import yaml
 from conftest import REPO, SmokeBook
 
 from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
+from cfbook.models import build_model
 from cfbook.pipeline import (
     TRAINING_CHAPTER,
     _reuse_reason,
@@ -30,7 +31,6 @@ from cfbook.profiles import MODEL_NAMES, get_profile
 from cfbook.site import CONFIG_FILE, PLOTLY_JS, read_book
 from cfbook.stages import (
     TRAINING_MODES,
-    build_model,
     load_comparison_logs,
     log_path,
     run_training_stage,
@@ -148,7 +148,7 @@ def test_missing_logs_say_which_command_to_run(
 ) -> None:
     assert load_comparison_logs("smoke", data_dir=tmp_path) is None
     out = capsys.readouterr().out
-    assert str(tmp_path / "smoke" / "full.json") in out
+    assert f"{tmp_path.name}/smoke/full.json" in out  # relative: no machine paths in the book
     assert f"python -m cfbook.pipeline --profile smoke --stages-only --data-dir {tmp_path}" in out
 
 
@@ -247,14 +247,19 @@ def _stub_book(project: Path, training_source: str) -> None:
 def test_a_failing_stage_names_itself_and_its_notebook(tmp_path: Path) -> None:
     _stub_book(tmp_path, "raise RuntimeError('boom in ' + CT_MODE)")
     data_dir = tmp_path / "data"
+    previous = stage_notebook_path(data_dir, "smoke", "full")
+    previous.parent.mkdir(parents=True)
+    previous.write_text("the previous run's notebook")
     code, out = _run(
         ["--profile", "smoke", "--project-dir", str(tmp_path), "--data-dir", str(data_dir)]
     )
-    notebook = stage_notebook_path(data_dir, "smoke", "full")
+    notebook = previous.with_name("training-full.failed.ipynb")
     assert code == 1
     assert "stage 'training, CT_MODE=full' failed: RuntimeError: boom in full" in out
     assert f"executed notebook: {notebook}" in out
     assert "boom in full" in notebook.read_text()  # the traceback is kept in the notebook
+    assert previous.read_text() == "the previous run's notebook"  # nothing lost
+    assert not list(previous.parent.glob(".*.running.ipynb"))
     assert "CT_MODE=vanilla" not in out  # the build stopped at the failing stage
 
 
