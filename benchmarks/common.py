@@ -6,12 +6,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from benchmarks.config import Sizes
+
+
+class Skipped(Exception):
+    """Raised by a benchmark that does not apply to the run's device; the message says why."""
 
 
 @dataclass
@@ -32,8 +36,7 @@ class Context:
 
     def on(self, device: torch.device | str) -> Context:
         """The same run (sizes, caches, clock) measuring on another device."""
-        return Context(torch.device(device), self.quick, self.sizes, self.note, self.started,
-                       self.cache)
+        return replace(self, device=torch.device(device))
 
 
 def synchronize(device: torch.device) -> None:
@@ -69,10 +72,12 @@ class Timing:
         return len(self.times)
 
 
-def _timed(case: Case, device: torch.device) -> tuple[float, Any]:
+def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
+    """Wall-clock seconds of one ``fn()`` call, queued kernels on ``device`` included, and
+    its return value."""
     synchronize(device)
     t0 = time.perf_counter()
-    result = case.fn()
+    result = fn()
     synchronize(device)
     return time.perf_counter() - t0, result
 
@@ -107,7 +112,7 @@ def side_by_side(
         round_start = time.perf_counter()
         order = names if round_ % 2 == 0 else names[::-1]
         for name in order:
-            seconds, result = _timed(cases[name], cases[name].device or ctx.device)
+            seconds, result = timed(cases[name].fn, cases[name].device or ctx.device)
             timings[name].times.append(seconds)
             timings[name].result = result
         spent, last = time.perf_counter() - t0, time.perf_counter() - round_start

@@ -25,6 +25,7 @@ from benchmarks.common import Context, Table, check, synchronize
 from benchmarks.fixtures import DOMAIN, fresh_model
 from cfbook.device import format_bytes, free_cached_memory, reset_peak_memory
 from cfbook.generators import NativeGenerator
+from cfbook.models import N_FEATURES
 
 TITLE = "4. Memory: peak of the search vs cf_batchsize and nce"
 MAXITER = 2  # the peak is reached in the first iteration; more would only cost time
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _inputs(nce: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    x = torch.rand(nce, 784, generator=generator) * 2 - 1
+    x = torch.rand(nce, N_FEATURES, generator=generator) * 2 - 1
     return x.to(device), torch.randint(0, 10, (nce,), generator=generator).to(device)
 
 
@@ -123,7 +124,8 @@ def run(ctx: Context) -> list[Table]:
            "peak RSS of a fresh subprocess above its RSS before the search (sampled + ru_maxrss)")
     table = Table(
         f"Peak memory of NativeGenerator.generate ({name}, untrained, maxiter {MAXITER}; {how})",
-        ["sweep", "nce", "cf_batchsize", "search peak", "results (2 x nce x 784 x 4 B)"],
+        ["sweep", "nce", "cf_batchsize", "search peak",
+         f"results (2 x nce x {N_FEATURES} x 4 B)"],
     )
     points = {("nce", n): (n, sizes.memory_chunk) for n in sizes.memory_nce}
     points |= {("chunk", c): (sizes.memory_nce_fixed, c) for c in sizes.memory_chunks}
@@ -137,12 +139,12 @@ def run(ctx: Context) -> list[Table]:
         peak = measured[(nce, chunk)]
         (by_nce if sweep == "nce" else by_chunk).append((nce if sweep == "nce" else chunk, peak))
         table.add(f"{sweep} grows", nce, chunk, format_bytes(peak),
-                  format_bytes(2 * nce * 784 * 4))
+                  format_bytes(2 * nce * N_FEATURES * 4))
     per_nce, per_chunk = _slope(by_nce), _slope(by_chunk)
     table.notes.append(
         f"Growth per extra row: {format_bytes(int(per_nce))} per factual (nce) vs "
         f"{format_bytes(int(per_chunk))} per row of cf_batchsize; the stored results alone "
-        f"take {format_bytes(2 * 784 * 4)} per factual."
+        f"take {format_bytes(2 * N_FEATURES * 4)} per factual."
     )
     targets = Table("Targets", ["target", "measured", "status"])
     targets.add(

@@ -14,13 +14,11 @@ epochs, so a measured ratio well above the model is overhead beyond the search's
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from benchmarks.common import Context, Table, check, fmt_ratio, synchronize
+from benchmarks.common import Context, Table, check, fmt_ratio, timed
 from benchmarks.config import MODEL_NAMES, TrainSetup
 from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, mnist, trained_model
@@ -60,14 +58,6 @@ class Trainer:
         return log[-1]
 
 
-def _seconds(fn: Callable[[], object], device: torch.device) -> float:
-    synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - t0
-
-
 def _chunk_passes(model: nn.Module, x: torch.Tensor, setup: TrainSetup) -> None:
     """Per batch, three forward passes of a chunk in training mode and their backward pass."""
     chunk = x[: max(setup.nce // setup.n_batches, 1)]
@@ -90,10 +80,10 @@ def _measure(ctx: Context, name: str, setup: TrainSetup) -> dict[str, list[float
         order = [vanilla, full] if round_ % 2 == 0 else [full, vanilla]
         records = {id(t): t.epoch() for t in order}
         probe.eval()
-        search = _seconds(lambda: bare_passes(probe, x, [setup.nce] * passes, grad_out),
+        search, _ = timed(lambda: bare_passes(probe, x, [setup.nce] * passes, grad_out),
                           ctx.device)
         probe.train()
-        chunks = _seconds(lambda: _chunk_passes(probe, x, setup), ctx.device)
+        chunks, _ = timed(lambda: _chunk_passes(probe, x, setup), ctx.device)
         if round_ == 0:
             continue
         rec_v, rec_f = records[id(vanilla)], records[id(full)]

@@ -61,12 +61,13 @@ def _search_table(ctx: Context) -> Table:
         base = timings["fp32"].median
         for k, t in timings.items():
             res = t.result
+            still_valid = _valid_in_fp32(model, res, target, settings["tau"])
             slower |= t.median > base
-            flipped |= _valid_in_fp32(model, res, target, settings["tau"]) < 1.0
+            flipped |= still_valid < 1.0
             table.add(
                 name, k, nce, fmt_seconds(t.median), fmt_ratio(base / t.median),
                 f"{100 * float(res.valid.float().mean()):.1f}",
-                f"{100 * _valid_in_fp32(model, res, target, settings['tau']):.1f}%",
+                f"{100 * still_valid:.1f}%",
                 f"{float(res.iterations.float().mean()):.1f}", t.repeats,
             )
     table.notes.append(

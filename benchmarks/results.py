@@ -17,6 +17,12 @@ from cfbook.atomic import atomic_write_text
 from cfbook.device import describe_device
 
 SECTIONS = {"cpu": "CPU", "cuda": "GPU (CUDA / ROCm)", "mps": "Apple MPS"}
+# What a section without blocks says; a kind without placeholder is left out until it has a run.
+PLACEHOLDERS = {
+    "cpu": "No run on this kind of device yet.",
+    "cuda": "No GPU run yet: run `python -m benchmarks.run` on a machine with a CUDA GPU to add "
+    "this section (CPU vs GPU speed-ups included).",
+}
 BLOCK = re.compile(r"<!-- begin (\S+) -->\n(.*?)<!-- end \1 -->\n", re.DOTALL)
 HEADER = """# cfbook benchmarks
 
@@ -52,21 +58,16 @@ def _parse(text: str) -> dict[str, str]:
 
 def _render(blocks: dict[str, str], order: list[str]) -> str:
     out = [HEADER]
+    rank = {name: i for i, name in enumerate(order)}
     for section, heading in SECTIONS.items():
         keys = [k for k in blocks if k.startswith(f"{section}/")]
-        if not keys and section != "cpu":
+        if not keys and section not in PLACEHOLDERS:
             continue
         out.append(f"\n## {heading}\n")
         if not keys:
-            out.append("\nNo run on this kind of device yet.\n")
-        rank = {name: i for i, name in enumerate(order)}
+            out.append(f"\n{PLACEHOLDERS[section]}\n")
         for key in sorted(keys, key=lambda k: rank.get(k.split("/", 1)[1], len(rank))):
             out.append(f"\n<!-- begin {key} -->\n{blocks[key]}<!-- end {key} -->\n")
-    if not any(k.startswith("cuda/") for k in blocks):
-        out.append(
-            "\n## GPU (CUDA / ROCm)\n\nNo GPU run yet: run `python -m benchmarks.run` on a "
-            "machine with a CUDA GPU to add this section (CPU vs GPU speed-ups included).\n"
-        )
     return "".join(out)
 
 

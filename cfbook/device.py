@@ -26,10 +26,6 @@ __all__ = [
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
-def _mps_available() -> bool:
-    return torch.backends.mps.is_available()
-
-
 def _parse_choice(value: str, origin: str) -> torch.device:
     try:
         device = torch.device(value.strip().lower())
@@ -53,7 +49,7 @@ def _check_available(device: torch.device, origin: str) -> None:
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
             raise RuntimeError(f"{origin} asks for {device}, but only {count} GPU(s) are visible")
-    elif device.type == "mps" and not _mps_available():
+    elif device.type == "mps" and not torch.backends.mps.is_available():
         raise RuntimeError(
             f"{origin} asks for MPS, but Apple's Metal backend is not available here; use 'cpu'"
         )
@@ -76,7 +72,7 @@ def detect_device(prefer: str | None = None, verbose: bool = True) -> torch.devi
         how = "from CFBOOK_DEVICE"
     elif torch.cuda.is_available():
         device, how = torch.device("cuda"), "detected"
-    elif _mps_available():
+    elif torch.backends.mps.is_available():
         device, how = torch.device("mps"), "detected"
     else:
         device, how = torch.device("cpu"), "no GPU found"
