@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from cfbook.data import display_path, find_data_dir, load_mnist
+from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
 from cfbook.generators import NativeGenerator
 from cfbook.log import TrainingLog, load_log, save_log
@@ -25,6 +25,7 @@ __all__ = [
     "TRAINING_MODES",
     "load_comparison_logs",
     "log_path",
+    "profile_data",
     "profile_dir",
     "run_training_stage",
 ]
@@ -51,6 +52,15 @@ def log_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
     return profile_dir(data_dir, profile_name) / f"{mode}.json"
 
 
+def profile_data(
+    profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
+) -> tuple[MNISTData, DeviceLoader]:
+    """The profile's MNIST subset and its shuffling loader: what both stages train on, and what the
+    MNIST chapter shows."""
+    data = load_mnist(profile.n, device=device, seed=profile.seed, root=data_dir)
+    return data, data.loader(batch_size=profile.batch_size, shuffle=True, seed=profile.seed)
+
+
 def run_training_stage(
     mode: str, profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> TrainingLog | None:
@@ -64,7 +74,7 @@ def run_training_stage(
         return None
     device = torch.device(device)
     path = log_path(data_dir, profile.name, mode)
-    data = load_mnist(profile.n, device=device, seed=profile.seed, root=path.parents[1])
+    data, loader = profile_data(profile, device=device, data_dir=path.parents[1])
     torch.manual_seed(profile.seed)
     model = build_model(profile.model)
     optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
@@ -72,7 +82,7 @@ def run_training_stage(
         _OBJECTIVES[mode](),
         model,
         NativeGenerator(maxiter=profile.maxiter),
-        data.loader(batch_size=profile.batch_size, shuffle=True, seed=profile.seed),
+        loader,
         optimizer,
         device=device,
         nepochs=profile.nepochs,
@@ -92,7 +102,7 @@ def run_training_stage(
     save_log(log, path)
     print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path, path.parents[1])}")
     # Hand the accelerator's cached blocks back before the kernel moves on or exits.
-    del model, optimizer, data
+    del model, optimizer, data, loader
     free_cached_memory(device)
     return log
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import papermill
 import pytest
+import torch
 import yaml
 from conftest import REPO, SmokeBook
 
@@ -366,3 +367,13 @@ def test_existing_logs_are_reused_without_force(smoke_book: SmokeBook) -> None:
     assert out.count("pass --force to retrain") == 2
     assert [p.stat().st_mtime_ns for p in paths] == before
 
+
+
+def test_profile_data_is_the_stages_subset_and_loader() -> None:
+    from cfbook.stages import profile_data
+
+    data, loader = profile_data(SMOKE, device="cpu")
+    assert data.x.shape == (SMOKE.n, 784)
+    assert loader.batch_size == SMOKE.batch_size and loader.tensors[0] is data.x
+    again, _ = profile_data(SMOKE, device="cpu")
+    assert torch.equal(again.x, data.x)  # seeded: both stages see the same subset
