@@ -1,4 +1,5 @@
-"""Per-epoch checkpoints, so an interrupted training run resumes where it stopped."""
+"""Per-epoch checkpoints, so an interrupted training run resumes where it stopped, and only the
+run it belongs to."""
 
 from __future__ import annotations
 
@@ -38,3 +39,39 @@ def load_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     if not isinstance(state, dict) or "epoch" not in state or "model" not in state:
         raise ValueError(f"corrupt checkpoint {path}: missing epoch/model entries")
     return state
+
+
+def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any], where: Path) -> None:
+    """Refuse to resume a checkpoint written by a run with other settings: its epochs would be
+    mixed into a log that claims settings they were not trained with."""
+    saved = saved or {}
+    differences = [
+        f"{key}: {saved.get(key)!r} in the checkpoint, {value!r} now"
+        for key, value in current.items()
+        if saved.get(key) != value
+    ]
+    if differences:
+        raise ValueError(
+            f"checkpoint in {where} belongs to another run ("
+            + "; ".join(differences)
+            + "); use another checkpoint_dir or delete it to start afresh"
+        )
+
+
+def rng_states(rng: torch.Generator, loader: object) -> dict[str, Any]:
+    """Every random state a resumed run needs to continue exactly as an uninterrupted one."""
+    states = {"search": rng.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    if hasattr(loader, "state_dict"):
+        states["loader"] = loader.state_dict()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any], rng: torch.Generator, loader: object) -> None:
+    rng.set_state(states["search"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if "loader" in states and hasattr(loader, "load_state_dict"):
+        loader.load_state_dict(states["loader"])

@@ -56,8 +56,10 @@ class Constraints:
 
 
 def infer_domain(x: Tensor) -> Tensor:
-    """Per-feature ``[min(mu - 2 sd, min), max(mu + 2 sd, max)]``, like the Julia package."""
-    mu, sd = x.mean(0), x.std(0, unbiased=False)
+    """Per-feature ``[min(mu - 2 sd, min), max(mu + 2 sd, max)]`` with the corrected (n - 1)
+    standard deviation, like the Julia package (one sample: sd 0)."""
+    mu = x.mean(0)
+    sd = x.std(0, correction=1) if x.shape[0] > 1 else torch.zeros_like(mu)
     lower = torch.minimum(mu - 2 * sd, x.amin(0))
     upper = torch.maximum(mu + 2 * sd, x.amax(0))
     return torch.stack([lower, upper], dim=1)

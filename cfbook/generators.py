@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor, nn
@@ -65,14 +65,20 @@ def model_device(model: nn.Module) -> torch.device | None:
     return None
 
 
+# The generator settings of the CT paper's experiments (CT.jl's ECCo generator); the defaults of
+# ``NativeGenerator()`` are those of CT.jl's ``NativeGenerator()``, which the GPU tutorial runs.
+PAPER_SEARCH = {"lambda_cost": 0.001, "lambda_energy": 5.0}
+
+
 @dataclass(frozen=True)
 class SearchParameters:
-    """Settings shared by both generators; defaults are those of ALGORITHM.md."""
+    """Settings shared by both generators; defaults are CT.jl's ``NativeGenerator()``
+    (``lambda = [0.1, 1.0]``, plain descent with step 0.1). ``PAPER_SEARCH`` holds the paper's."""
 
     maxiter: int = 30
     tau: float = 0.75
-    lambda_cost: float = 0.001
-    lambda_energy: float = 5.0
+    lambda_cost: float = 0.1
+    lambda_energy: float = 1.0
     step_size: float = 0.1
     epsilon: float = 0.3
 
@@ -86,6 +92,11 @@ class SearchParameters:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)!r}")
         if not self.step_size > 0:
             raise ValueError(f"step_size must be positive, got {self.step_size!r}")
+
+    def settings(self) -> dict[str, float | int | str | None]:
+        """The settings that decide the search's results (not its speed or memory): logs record
+        them and a resumed run must match them."""
+        return {f.name: getattr(self, f.name) for f in fields(SearchParameters)}
 
     def energy_weight(self, t: int) -> float:
         """``lambda_energy * phi_t``: the energy penalty decays polynomially over the iterations."""
@@ -120,6 +131,12 @@ def _prepare(
         if low < 0 or high >= n_classes:
             raise ValueError(f"target classes must lie in [0, {n_classes - 1}], got {low}..{high}")
     return x, target, make_constraints(domain, mutability, x.shape[1], device=device, dtype=x.dtype)
+
+
+def _not_converged(probs: Tensor, target: Tensor, tau: float) -> Tensor:
+    """Rows whose target probability has not reached ``tau``; a NaN probability never has (as in
+    CT.jl, where ``p >= tau`` is false for NaN)."""
+    return ~(probs.gather(1, target).squeeze(1) >= tau)
 
 
 def _update(
@@ -180,6 +197,9 @@ class NativeGenerator(SearchParameters):
         if self.compact_every < 1:
             raise ValueError(f"compact_every must be a positive int, got {self.compact_every!r}")
 
+    def settings(self) -> dict[str, float | int | str | None]:
+        return {**super().settings(), "amp": self.amp}
+
     def generate(
         self,
         model: nn.Module,
@@ -237,7 +257,7 @@ class NativeGenerator(SearchParameters):
                 logits = model(xw).float()
             with torch.no_grad():
                 probs = logits.softmax(1)
-                aw = aw & (probs.gather(1, tw).squeeze(1) < self.tau)
+                aw = aw & _not_converged(probs, tw, self.tau)
                 # d(loss)/d(logits): cross-entropy p - onehot, plus the energy term on the target.
                 weight = self.energy_weight(t)
                 z_t = logits.gather(1, tw)
@@ -254,7 +274,7 @@ class NativeGenerator(SearchParameters):
         if rows.numel():
             with torch.no_grad(), autocast(self.amp, x0.device):
                 probs = model(xw).float().softmax(1)
-            aw = aw & (probs.gather(1, tw).squeeze(1) < self.tau)
+            aw = aw & _not_converged(probs, tw, self.tau)
         write_back()
         # Rows that never stepped keep x0 exactly: the zero step still went through the clamp,
         # which moves an x0 outside the domain (the reference never touches such a sample).
@@ -264,7 +284,7 @@ class NativeGenerator(SearchParameters):
             # Validity is a promise about the model as it is, in full precision.
             with torch.no_grad():
                 probs = model(x).float().softmax(1)
-            active = probs.gather(1, target[:, None]).squeeze(1) < self.tau
+            active = _not_converged(probs, target[:, None], self.tau)
         return CounterfactualResult(x, nascent, ~active, iterations)
 
     def compaction_points(self) -> list[int]:

@@ -10,12 +10,20 @@ from typing import Any
 
 from cfbook.atomic import atomic_write_text
 
-LOG_FORMAT_VERSION = 1
+# Version 2 added implaus_valid and skipped_batches, and averages the terms over all batches.
+LOG_FORMAT_VERSION = 2
 
 
 @dataclass
 class EpochRecord:
-    """One epoch's figures; ``None`` marks a figure that was not computed that epoch."""
+    """One epoch's figures; ``None`` marks a figure that was not computed that epoch.
+
+    ``implaus``, ``reg_loss`` and ``adv_loss`` are means over all mini-batches (as in CT.jl) and
+    are logged whenever counterfactuals exist, whatever the objective's weights. ``implaus``
+    counts an invalid counterfactual (replaced by its neighbour) as 0; ``implaus_valid`` is the
+    energy differential over the valid counterfactuals alone (``None`` when none was valid).
+    ``skipped_batches`` counts mini-batches whose non-finite loss skipped the update.
+    """
 
     epoch: int
     acc: float | None
@@ -27,6 +35,8 @@ class EpochRecord:
     time_taken: float
     percent_valid: float
     avg_iter: float
+    implaus_valid: float | None = None
+    skipped_batches: int = 0
 
 
 class TrainingLog(list):
@@ -75,6 +85,11 @@ def load_log(path: str | Path) -> TrainingLog:
         payload = json.loads(path.read_text(encoding="utf-8"))
         if payload.get("format") != "cfbook-training-log":
             raise ValueError("not a cfbook training log")
+        if payload.get("version") != LOG_FORMAT_VERSION:
+            raise ValueError(
+                f"log format version {payload.get('version')!r}, this cfbook reads version "
+                f"{LOG_FORMAT_VERSION}; run the training again to write a current log"
+            )
         records = []
         for raw in payload["records"]:
             if set(raw) != set(_FIELDS):

@@ -7,28 +7,47 @@ the same ``[lambda_clf, lambda_div, lambda_reg, lambda_adv] = [1.0, 0.5, 0.1, 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 DEFAULT_LAMBDAS = (1.0, 0.5, 0.1, 0.25)
+WEIGHT_NAMES = ("lambda_clf", "lambda_div", "lambda_reg", "lambda_adv")
 
 
 @dataclass(frozen=True)
 class Objective:
-    """Weights of the four loss terms; a zero weight means the term is not computed at all."""
+    """Weights of the four loss terms; a zero weight keeps a term out of the loss.
+
+    The named subclasses fix which terms they use: a weight for any other term is an error, so
+    ``VanillaObjective(lambda_div=0.5)`` cannot silently become another objective. The base class
+    takes any mix.
+    """
 
     lambda_clf: float = DEFAULT_LAMBDAS[0]
     lambda_div: float = 0.0
     lambda_reg: float = 0.0
     lambda_adv: float = 0.0
 
+    uses: ClassVar[tuple[str, ...]] = WEIGHT_NAMES
+
     def __post_init__(self) -> None:
-        for name in ("lambda_clf", "lambda_div", "lambda_reg", "lambda_adv"):
+        for name in WEIGHT_NAMES:
             value = getattr(self, name)
-            if not value >= 0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+            if value and name not in self.uses:
+                raise ValueError(
+                    f"{self.name} has no {name} term (it uses {', '.join(self.uses)}); got "
+                    f"{name}={value!r}. Use FullObjective or Objective(...) for another mix."
+                )
 
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    @property
+    def lambdas(self) -> tuple[float, float, float, float]:
+        """``(lambda_clf, lambda_div, lambda_reg, lambda_adv)``, the Julia package's order."""
+        return tuple(float(getattr(self, name)) for name in WEIGHT_NAMES)
 
     @property
     def uses_counterfactual_terms(self) -> bool:
@@ -43,10 +62,12 @@ class Objective:
 
 @dataclass(frozen=True)
 class VanillaObjective(Objective):
-    """Plain cross-entropy. With ``needs_ce=True`` counterfactuals are still generated (and their
-    validity logged) without entering the loss; ``needs_ce=False`` skips the search entirely."""
+    """Plain cross-entropy. ``needs_ce=True`` still searches counterfactuals every epoch, so the
+    log holds their validity and (computed without gradient) the CT terms for comparison."""
 
-    needs_ce: bool = True
+    needs_ce: bool = False
+
+    uses: ClassVar[tuple[str, ...]] = ("lambda_clf",)
 
     @property
     def needs_counterfactuals(self) -> bool:
@@ -60,12 +81,16 @@ class EnergyDifferentialObjective(Objective):
     lambda_div: float = DEFAULT_LAMBDAS[1]
     lambda_reg: float = DEFAULT_LAMBDAS[2]
 
+    uses: ClassVar[tuple[str, ...]] = ("lambda_clf", "lambda_div", "lambda_reg")
+
 
 @dataclass(frozen=True)
 class AdversarialObjective(Objective):
     """Cross-entropy plus the adversarial loss on nascent counterfactuals."""
 
     lambda_adv: float = DEFAULT_LAMBDAS[3]
+
+    uses: ClassVar[tuple[str, ...]] = ("lambda_clf", "lambda_adv")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -14,27 +14,25 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from cfbook.amp import autocast, check_amp
-from cfbook.checkpoint import load_checkpoint, save_checkpoint
-from cfbook.constraints import Constraints, Domain, Mutability, infer_domain, make_constraints
-from cfbook.generators import NativeGenerator, ReferenceGenerator, count_classes
+from cfbook.checkpoint import (
+    check_same_run,
+    load_checkpoint,
+    restore_rng_states,
+    rng_states,
+    save_checkpoint,
+)
+from cfbook.constraints import Domain, Mutability, infer_domain, make_constraints
+from cfbook.counterfactuals import (
+    CounterfactualBatch,
+    Generator,
+    NeighbourSampler,
+    epoch_counterfactuals,
+    label_levels,
+)
+from cfbook.generators import count_classes
 from cfbook.log import EpochRecord, TrainingLog
-from cfbook.metrics import accuracy, predict
+from cfbook.metrics import accuracy
 from cfbook.objectives import Objective
-
-Generator = NativeGenerator | ReferenceGenerator
-
-
-@dataclass
-class CounterfactualBatch:
-    """One epoch's search output, aligned row by row (constants for the loss: no gradient)."""
-
-    counterfactual: Tensor  # mature CF: the search result if valid, else its neighbour
-    neighbour: Tensor
-    nascent: Tensor  # adversarial example
-    target: Tensor
-    label: Tensor  # true label of the factual
-    valid: Tensor
-    iterations: Tensor
 
 
 def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:
@@ -50,60 +48,6 @@ def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:
     )
 
 
-class _NeighbourSampler:
-    """Draws, on the device, one training sample whose true label is each requested class."""
-
-    def __init__(self, y: Tensor, n_classes: int):
-        self.order = torch.argsort(y, stable=True)
-        self.counts = torch.bincount(y, minlength=n_classes)
-        self.offsets = torch.cumsum(self.counts, 0) - self.counts
-        self.n = y.shape[0]
-
-    def __call__(self, classes: Tensor, rng: torch.Generator) -> Tensor:
-        u = torch.rand(classes.shape[0], generator=rng, device=classes.device)
-        counts = self.counts[classes]
-        in_class = self.offsets[classes] + (u * counts).long().clamp(max=counts - 1)
-        # A class absent from the data falls back to any sample, as in the Julia package.
-        anywhere = (u * self.n).long().clamp(max=self.n - 1)
-        return self.order[torch.where(counts > 0, in_class, anywhere)]
-
-
-def _counterfactuals(
-    model: nn.Module,
-    generator: Generator,
-    x_all: Tensor,
-    y_all: Tensor,
-    nce: int,
-    n_classes: int,
-    neighbours: _NeighbourSampler,
-    constraints: Constraints,
-    domain: Domain,
-    mutability: Mutability,
-    cf_batchsize: int | None,
-    rng: torch.Generator,
-) -> CounterfactualBatch:
-    """Steps 2-8 of Algorithm 1, on the device, with the model as it stands at the epoch start."""
-    device = x_all.device
-    idx = torch.randperm(x_all.shape[0], generator=rng, device=device)[:nce]
-    x, label = x_all[idx], y_all[idx]
-    # Uniform over all classes but the predicted one.
-    shift = torch.randint(1, n_classes, (nce,), generator=rng, device=device)
-    target = (predict(model, x) + shift) % n_classes
-    kwargs = {"cf_batchsize": cf_batchsize} if isinstance(generator, NativeGenerator) else {}
-    found = generator.generate(model, x, target, domain=domain, mutability=mutability, **kwargs)
-    neighbour = x_all[neighbours(target, rng)]
-    mature = torch.where(found.valid[:, None], found.counterfactual, neighbour)
-    return CounterfactualBatch(
-        counterfactual=mature,
-        neighbour=constraints.protect_neighbours(neighbour, mature),
-        nascent=found.nascent,
-        target=target,
-        label=label,
-        valid=found.valid,
-        iterations=found.iterations,
-    )
-
-
 def _target_logit(logits: Tensor, target: Tensor) -> Tensor:
     return logits.gather(1, target[:, None]).squeeze(1)
 
@@ -111,27 +55,37 @@ def _target_logit(logits: Tensor, target: Tensor) -> Tensor:
 def _counterfactual_terms(
     model: nn.Module, objective: Objective, cf: CounterfactualBatch, rows: slice, fuse: bool
 ) -> dict[str, Tensor]:
-    """The energy differential, ridge and adversarial terms on one chunk (unweighted)."""
-    want_energy = objective.lambda_div > 0 or objective.lambda_reg > 0
-    want_adv = objective.lambda_adv > 0
-    inputs = ([cf.counterfactual[rows], cf.neighbour[rows]] if want_energy else []) + (
-        [cf.nascent[rows]] if want_adv else []
-    )
+    """The three CT terms on one chunk (unweighted), plus the valid rows' energy differential
+    summed (``implaus_valid_sum``). Terms whose weight is 0 are computed without gradient: they
+    are logged, not trained on."""
+    grad_energy = objective.lambda_div > 0 or objective.lambda_reg > 0
+    grad_adv = objective.lambda_adv > 0
+    inputs = [cf.counterfactual[rows], cf.neighbour[rows], cf.nascent[rows]]
     if fuse:
-        outputs = list(model(torch.cat(inputs)).float().split(inputs[0].shape[0]))
+        with torch.set_grad_enabled(grad_energy or grad_adv):
+            outputs = list(model(torch.cat(inputs)).float().split(inputs[0].shape[0]))
     else:
-        outputs = [model(x).float() for x in inputs]
-    terms: dict[str, Tensor] = {}
-    if want_energy:
-        target = cf.target[rows]
-        z_cf, z_nb = _target_logit(outputs[0], target), _target_logit(outputs[1], target)
-        terms["implaus"] = (z_cf - z_nb).mean()
-        terms["reg_loss"] = (z_nb.square() + z_cf.square()).mean()
-    if want_adv:
-        terms["adv_loss"] = nn.functional.cross_entropy(outputs[-1], cf.label[rows])
+        with torch.set_grad_enabled(grad_energy):
+            outputs = [model(x).float() for x in inputs[:2]]
+        with torch.set_grad_enabled(grad_adv):
+            outputs.append(model(inputs[2]).float())
+    target = cf.target[rows]
+    z_cf, z_nb = _target_logit(outputs[0], target), _target_logit(outputs[1], target)
+    differential = z_cf - z_nb
+    terms = {
+        "implaus": differential.mean(),
+        "reg_loss": (z_nb.square() + z_cf.square()).mean(),
+        "adv_loss": nn.functional.cross_entropy(outputs[2], cf.label[rows]),
+    }
+    if not grad_energy:
+        terms["implaus"], terms["reg_loss"] = terms["implaus"].detach(), terms["reg_loss"].detach()
+    if not grad_adv:
+        terms["adv_loss"] = terms["adv_loss"].detach()
+    terms["implaus_valid_sum"] = (differential.detach() * cf.valid[rows]).sum()
     return terms
 
 
+# Loss terms and the objective's weight for each.
 _WEIGHT = {"implaus": "lambda_div", "reg_loss": "lambda_reg", "adv_loss": "lambda_adv"}
 
 
@@ -162,9 +116,10 @@ def _check_arguments(
 
 
 def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
+    """``nce`` checked; CT.jl's default is one counterfactual per mini-batch."""
     if nce is None:
-        nce = n
-    if not isinstance(nce, int) or nce < 1:
+        return n_batches
+    if isinstance(nce, bool) or not isinstance(nce, int) or nce < 1:
         raise ValueError(f"nce must be a positive integer, got {nce!r}")
     if nce > n:
         raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
@@ -178,24 +133,6 @@ def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
     return nce
 
 
-def _rng_states(rng: torch.Generator, loader: object) -> dict:
-    states = {"search": rng.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    if hasattr(loader, "state_dict"):
-        states["loader"] = loader.state_dict()
-    return states
-
-
-def _restore_rng_states(states: dict, rng: torch.Generator, loader: object) -> None:
-    rng.set_state(states["search"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-    if "loader" in states and hasattr(loader, "load_state_dict"):
-        loader.load_state_dict(states["loader"])
-
-
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -203,15 +140,12 @@ def _synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def _mean(total: Tensor | None, count: int) -> float | None:
-    return None if total is None or count == 0 else float(total) / count
-
-
 def _resume(
     checkpoint_dir: str | Path,
-    objective: Objective,
+    run: dict,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
     rng: torch.Generator,
     loader: object,
     log: TrainingLog,
@@ -220,16 +154,34 @@ def _resume(
     state = load_checkpoint(checkpoint_dir)
     if state is None:
         return 1
-    if state.get("objective") != objective.name:
-        raise ValueError(
-            f"checkpoint in {checkpoint_dir} belongs to {state.get('objective')}, not "
-            f"{objective.name}; use another checkpoint_dir"
-        )
+    check_same_run(state.get("run"), run, Path(checkpoint_dir))
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    _restore_rng_states(state["rng"], rng, loader)
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_states(state["rng"], rng, loader)
     log.extend(EpochRecord(**r) for r in state["log"])
     return state["epoch"] + 1
+
+
+class _EpochSums:
+    """Per-epoch sums kept on the device, read once when the epoch ends."""
+
+    def __init__(self, device: torch.device):
+        zero = torch.zeros((), device=device)
+        self.loss = zero.clone()
+        self.terms = {name: zero.clone() for name in (*_WEIGHT, "implaus_valid_sum")}
+        self.batches = 0
+        self.skipped = 0
+
+    def add(self, loss: Tensor, terms: dict[str, Tensor]) -> None:
+        self.loss += loss.detach()
+        for name, value in terms.items():
+            self.terms[name] += value.detach()
+        self.batches += 1
+
+    def mean(self, name: str) -> float:
+        return float(self.terms[name]) / self.batches
 
 
 def _train_epoch(
@@ -245,15 +197,13 @@ def _train_epoch(
     fuse: bool,
     amp: str | None,
     scaler: torch.amp.GradScaler | None,
-) -> tuple[Tensor, dict[str, Tensor], int]:
+) -> _EpochSums:
     """One pass over the mini-batches, each with its chunk of counterfactual terms.
 
-    Returns the summed loss and unweighted terms of the applied steps (as device tensors, read
-    once per epoch) and the number of steps applied.
+    Every batch counts in the sums, as in CT.jl; a batch whose loss is not finite skips its
+    update (the one host sync per batch) and is counted as skipped.
     """
-    total = torch.zeros((), device=device)
-    sums: dict[str, Tensor] = {}
-    steps = 0
+    sums = _EpochSums(device)
     for b, (xb, yb) in enumerate(loader):
         xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
         with autocast(amp, device):
@@ -261,25 +211,24 @@ def _train_epoch(
             terms = {}
             if cf is not None:
                 terms = _counterfactual_terms(model, objective, cf, chunks[b], fuse)
-            for name, value in terms.items():
-                loss = loss + getattr(objective, _WEIGHT[name]) * value
-        optimizer.zero_grad(set_to_none=True)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if not torch.isfinite(loss):  # the one sync per batch: skip a diverged step
+                for name, weight in _WEIGHT.items():
+                    if getattr(objective, weight):
+                        loss = loss + getattr(objective, weight) * terms[name]
+        sums.add(loss, terms)
+        if not torch.isfinite(loss):
             warnings.warn(
                 f"non-finite loss in epoch {epoch}, batch {b}: update skipped", stacklevel=3
             )
+            sums.skipped += 1
             continue
+        optimizer.zero_grad(set_to_none=True)
+        (loss if scaler is None else scaler.scale(loss)).backward()
         if scaler is None:
             optimizer.step()
         else:
             scaler.step(optimizer)
             scaler.update()
-        total += loss.detach()
-        for name, value in terms.items():
-            sums[name] = sums.get(name, 0.0) + value.detach()
-        steps += 1
-    return total, sums, steps
+    return sums
 
 
 def counterfactual_training(
@@ -306,12 +255,13 @@ def counterfactual_training(
 ) -> tuple[nn.Module, TrainingLog]:
     """Train ``model`` with ``objective``; returns the model and its per-epoch log.
 
-    ``nce`` counterfactuals (default: the whole training set) are searched per epoch after
-    ``round(burnin * nepochs)`` burn-in epochs. With ``checkpoint_dir`` every epoch is saved and
-    a repeated call resumes after the last completed one. ``amp`` ("bf16", or "fp16" on CUDA)
+    ``nce`` counterfactuals (default: one per mini-batch, as in CT.jl) are searched per epoch
+    after ``round(burnin * nepochs)`` burn-in epochs. With ``checkpoint_dir`` every epoch is
+    saved and a repeated call resumes after the last completed one, if it is the same run
+    (objective, ``nce``, burn-in, search settings, ``amp``). ``amp`` ("bf16", or "fp16" on CUDA)
     runs the training forward passes under autocast. One host synchronisation per mini-batch
-    remains: the finiteness check of the loss before the optimiser step, which skips the update
-    of a non-finite loss with a warning.
+    remains: the finiteness check of the loss, which skips the update of a non-finite loss with
+    a warning.
     """
     _check_arguments(objective, nepochs, burnin, accuracy_every, verbose)
     device = torch.device(device)
@@ -328,32 +278,33 @@ def counterfactual_training(
                          f"got {low}..{high}")
     burnin_epochs = round(burnin * nepochs)
     search = objective.needs_counterfactuals
+    chunks = None
     if search:
         if domain is None:
             domain = infer_domain(x_all)
         constraints = make_constraints(domain, mutability, x_all.shape[1], device=device)
         nce = _resolve_nce(nce, x_all.shape[0], n_batches)
         chunks = _chunk_bounds(nce, n_batches)
-        neighbours = _NeighbourSampler(y_all, n_classes)
+        levels = label_levels(y_all)
+        neighbours = NeighbourSampler(y_all, n_classes)
     scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
 
     rng = torch.Generator(device=device)
     rng.manual_seed(int(torch.randint(0, 2**62, (1,))))
+    run = {
+        "objective": objective.name,
+        "lambdas": list(objective.lambdas),
+        "nce": nce if search else None,
+        "burnin_epochs": burnin_epochs,
+        "generator": generator.settings() if search else None,
+        "amp": amp,
+    }
     log = TrainingLog(
-        meta={
-            "objective": objective.name,
-            "lambdas": [objective.lambda_clf, objective.lambda_div, objective.lambda_reg,
-                        objective.lambda_adv],
-            "nepochs": nepochs,
-            "burnin_epochs": burnin_epochs,
-            "nce": nce if search else None,
-            "n_train": x_all.shape[0],
-            "device": str(device),
-        }
+        meta={**run, "nepochs": nepochs, "n_train": x_all.shape[0], "device": str(device)}
     )
     start = 1
     if checkpoint_dir is not None:
-        start = _resume(checkpoint_dir, objective, model, optimizer, rng, train_loader, log)
+        start = _resume(checkpoint_dir, run, model, optimizer, scaler, rng, train_loader, log)
 
     epochs = tqdm(
         range(start, nepochs + 1), desc=objective.name, unit="epoch", total=nepochs,
@@ -363,15 +314,14 @@ def counterfactual_training(
         t0 = time.perf_counter()
         cf = None
         if search and epoch > burnin_epochs:
-            cf = _counterfactuals(
-                model, generator, x_all, y_all, nce, n_classes, neighbours, constraints,
+            cf = epoch_counterfactuals(
+                model, generator, x_all, y_all, nce, levels, neighbours, constraints,
                 domain, mutability, cf_batchsize, rng,
             )
         model.train()
-        total, sums, steps = _train_epoch(
-            model, objective, train_loader, optimizer, device, epoch,
-            cf=cf if objective.uses_counterfactual_terms else None,
-            chunks=chunks if search else None, fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
+        sums = _train_epoch(
+            model, objective, train_loader, optimizer, device, epoch, cf=cf, chunks=chunks,
+            fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
         )
         _synchronize(device)
         time_taken = time.perf_counter() - t0
@@ -381,27 +331,17 @@ def counterfactual_training(
             acc = accuracy(model, x_all, y_all)
             if val_loader is not None:
                 acc_val = accuracy(model, *(t.to(device) for t in training_tensors(val_loader)))
-        record = EpochRecord(
-            epoch=epoch,
-            acc=acc,
-            acc_val=acc_val,
-            train_loss=_mean(total, steps) if steps else float("nan"),
-            implaus=_mean(sums.get("implaus"), steps),
-            reg_loss=_mean(sums.get("reg_loss"), steps),
-            adv_loss=_mean(sums.get("adv_loss"), steps),
-            time_taken=time_taken,
-            percent_valid=1.0 if cf is None else float(cf.valid.float().mean()),
-            avg_iter=0.0 if cf is None else float(cf.iterations.float().mean()),
-        )
+        record = _record(epoch, acc, acc_val, time_taken, sums, cf)
         log.append(record)
         if checkpoint_dir is not None:
             save_checkpoint(
                 {
                     "epoch": epoch,
-                    "objective": objective.name,
+                    "run": run,
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
-                    "rng": _rng_states(rng, train_loader),
+                    "scaler": None if scaler is None else scaler.state_dict(),
+                    "rng": rng_states(rng, train_loader),
                     "log": [asdict(r) for r in log],
                 },
                 checkpoint_dir,
@@ -410,6 +350,34 @@ def counterfactual_training(
         if callback is not None:
             callback(record)
     return model, log
+
+
+def _record(
+    epoch: int,
+    acc: float | None,
+    acc_val: float | None,
+    time_taken: float,
+    sums: _EpochSums,
+    cf: CounterfactualBatch | None,
+) -> EpochRecord:
+    """The epoch's log entry: means over all batches; CT terms only when counterfactuals exist."""
+    record = EpochRecord(
+        epoch=epoch, acc=acc, acc_val=acc_val,
+        train_loss=float(sums.loss) / sums.batches if sums.batches else float("nan"),
+        implaus=None, reg_loss=None, adv_loss=None, time_taken=time_taken,
+        percent_valid=1.0, avg_iter=0.0, skipped_batches=sums.skipped,
+    )
+    if cf is not None:
+        n_valid = int(cf.valid.sum())
+        record.implaus = sums.mean("implaus")
+        record.reg_loss = sums.mean("reg_loss")
+        record.adv_loss = sums.mean("adv_loss")
+        record.implaus_valid = (
+            float(sums.terms["implaus_valid_sum"]) / n_valid if n_valid else None
+        )
+        record.percent_valid = n_valid / cf.valid.shape[0]
+        record.avg_iter = float(cf.iterations.float().mean())
+    return record
 
 
 def _report(bar: tqdm, record: EpochRecord, verbose: int) -> None:

@@ -27,12 +27,13 @@ def test_domain_forms_and_clamping():
         make_constraints("wide", None, 3, device="cpu")
 
 
-def test_infer_domain_covers_the_data_and_two_sigma():
+def test_infer_domain_covers_the_data_and_two_corrected_sigma():
     x = torch.tensor([[0.0, 10.0], [1.0, 10.0], [2.0, 10.0]])
     bounds = infer_domain(x)
-    sd = float(x[:, 0].std(unbiased=False))
-    assert bounds[0].tolist() == pytest.approx([1 - 2 * sd, 1 + 2 * sd])
+    # mean 1, corrected sd sqrt((1 + 0 + 1) / (3 - 1)) = 1 (the uncorrected one is 0.816)
+    assert bounds[0].tolist() == pytest.approx([-1.0, 3.0])
     assert bounds[1].tolist() == [10.0, 10.0]
+    assert infer_domain(torch.tensor([[4.0, 5.0]])).tolist() == [[4.0, 4.0], [5.0, 5.0]]
 
 
 def test_protect_neighbours():

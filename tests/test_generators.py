@@ -1,9 +1,11 @@
+import math
+
 import pytest
 import torch
 from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator
-from cfbook.generators import SearchParameters
+from cfbook.generators import PAPER_SEARCH, SearchParameters
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -187,3 +189,78 @@ def test_factuals_that_already_reach_tau_are_returned_untouched():
     assert torch.equal(res.counterfactual[done], x[done])
     assert torch.equal(res.nascent[done], x[done])
     assert float(res.counterfactual[~done].abs().max()) <= 1.0
+
+
+@pytest.mark.parametrize("generator", [NativeGenerator, ReferenceGenerator])
+def test_defaults_are_those_of_ct_jl_native_generator(generator):
+    # CT.jl: NativeGenerator(λ = [0.1, 1.0], opt = Descent(0.1)), maxiter 30,
+    # decision_threshold 0.75, epsilon 0.3.
+    assert generator().settings() | {"amp": None} == {
+        "maxiter": 30, "tau": 0.75, "lambda_cost": 0.1, "lambda_energy": 1.0,
+        "step_size": 0.1, "epsilon": 0.3, "amp": None,
+    }
+    assert PAPER_SEARCH == {"lambda_cost": 0.001, "lambda_energy": 5.0}
+
+
+def _logit_gap_model(gap: float) -> nn.Module:
+    """Two classes, logits (0, gap) whatever the input: p(class 1) = sigmoid(gap)."""
+    model = nn.Linear(3, 2)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.copy_(torch.tensor([0.0, gap]))
+    return model
+
+
+@pytest.mark.parametrize("generator", [NativeGenerator, ReferenceGenerator])
+def test_a_probability_exactly_at_tau_has_converged(generator):
+    x = torch.zeros(2, 3)
+    target = torch.tensor([1, 1])
+    at_tau = generator(tau=0.5).generate(_logit_gap_model(0.0), x, target)  # p = 0.5 exactly
+    assert bool(at_tau.valid.all()) and bool((at_tau.iterations == 0).all())
+    below = generator(tau=0.5).generate(_logit_gap_model(-1e-3), x, target)
+    assert not bool(below.valid.any()) and bool((below.iterations == 30).all())
+
+
+@pytest.mark.parametrize("generator", [NativeGenerator, ReferenceGenerator])
+def test_nan_probabilities_never_count_as_converged(generator):
+    class Sqrt(nn.Module):
+        """Logits (0, sqrt(x_0)): NaN for a negative x_0, p = 0.5 exactly at x_0 = 0."""
+
+        def forward(self, x):
+            return torch.stack([torch.zeros_like(x[:, 0]), x[:, 0].sqrt()], 1)
+
+    x = torch.tensor([[-1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    res = generator(tau=0.5, maxiter=5).generate(Sqrt(), x, torch.tensor([1, 1]))
+    assert res.valid.tolist() == [False, True]
+    assert res.iterations.tolist() == [5, 0]
+
+
+def _two_steps_by_hand(x0: list[float], tau_between: bool) -> tuple[list[float], float]:
+    """Two steps of the search on logits = x (identity model, 2 classes, target 1), computed with
+    plain floats from the loss CE + lambda_cost |x - x0|_1 + lambda_energy phi_t (E + 1e-3 E^2),
+    E = -z_target; returns the iterate after two steps and a tau that stops the search there."""
+    lambda_cost, lambda_energy, eta = 0.1, 1.0, 0.1
+    x, probs = list(x0), []
+    for t in range(2):
+        p1 = 1 / (1 + math.exp(x[0] - x[1]))
+        probs.append(p1)
+        phi = 0.1 * (1 + t + 1) ** -0.9  # maxiter 30: b = 1, a = 0.1
+        z = x[1]
+        d_logits = [1 - p1, p1 - 1 + lambda_energy * phi * (-1 + 2e-3 * z)]
+        sign = [(xi > x0i) - (xi < x0i) for xi, x0i in zip(x, x0, strict=True)]
+        x = [xi - eta * (g + lambda_cost * s) for xi, g, s in zip(x, d_logits, sign, strict=True)]
+    p_final = 1 / (1 + math.exp(x[0] - x[1]))
+    return x, (probs[1] + p_final) / 2
+
+
+@pytest.mark.parametrize("generator", [NativeGenerator, ReferenceGenerator])
+def test_two_search_steps_match_the_hand_computation(generator):
+    model = nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+        model.bias.zero_()
+    expected, tau = _two_steps_by_hand([0.5, -0.5], True)
+    res = generator(tau=tau).generate(model, torch.tensor([[0.5, -0.5]]), torch.tensor([1]))
+    assert res.iterations.tolist() == [2] and res.valid.tolist() == [True]
+    torch.testing.assert_close(res.counterfactual, torch.tensor([expected]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(res.nascent, torch.tensor([expected]), atol=1e-6, rtol=0)

@@ -12,8 +12,9 @@ def sample_log() -> TrainingLog:
     return TrainingLog(
         [
             EpochRecord(1, None, None, 2.3, None, None, None, 0.5, 1.0, 0.0),
-            EpochRecord(2, 0.8, 0.75, 1.2, -0.3, 1.1, 0.9, 1.5, 0.4, 22.5),
-            EpochRecord(3, 0.9, None, float("nan"), float("inf"), 1.0, 0.8, 1.4, 0.5, 20.0),
+            EpochRecord(2, 0.8, 0.75, 1.2, -0.3, 1.1, 0.9, 1.5, 0.4, 22.5, implaus_valid=-0.75),
+            EpochRecord(3, 0.9, None, float("nan"), float("inf"), 1.0, 0.8, 1.4, 0.5, 20.0,
+                        skipped_batches=2),
         ],
         meta={"objective": "FullObjective", "burnin_epochs": 1},
     )
@@ -27,6 +28,8 @@ def test_log_round_trips_with_none_and_non_finite_values(tmp_path):
     assert back[:2] == log[:2]
     assert back[2].train_loss != back[2].train_loss and back[2].implaus == float("inf")
     assert back.column("acc") == [None, 0.8, 0.9]
+    assert back.column("implaus_valid") == [None, -0.75, None]
+    assert back.column("skipped_batches") == [0, 0, 2]
 
 
 @pytest.mark.parametrize(
@@ -38,6 +41,16 @@ def test_corrupt_log_is_named(tmp_path, content):
     path = tmp_path / "full.json"
     path.write_text(content)
     with pytest.raises(ValueError, match=f"corrupt training log {path}"):
+        load_log(path)
+
+
+def test_a_log_of_another_format_version_says_to_retrain(tmp_path):
+    path = tmp_path / "full.json"
+    save_log(sample_log(), path)
+    payload = json.loads(path.read_text())
+    payload["version"] = 1
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match="format version 1.*run the training again"):
         load_log(path)
 
 

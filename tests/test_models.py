@@ -85,3 +85,14 @@ def test_count_parameters_counts_frozen_ones_too() -> None:
     layer = nn.Linear(3, 2)
     layer.bias.requires_grad_(False)
     assert count_parameters(layer) == 8
+
+
+def test_mlp_is_initialised_like_flux_dense() -> None:
+    torch.manual_seed(0)
+    first, _, last = mlp()
+    for layer, (fan_in, fan_out) in ((first, (784, 32)), (last, (32, 10))):
+        bound = (6 / (fan_in + fan_out)) ** 0.5  # Glorot-uniform
+        weight = layer.weight.detach()
+        assert 0.95 * bound < float(weight.abs().max()) <= bound
+        assert float(weight.std()) == pytest.approx(bound / 3**0.5, rel=0.05)
+        assert torch.equal(layer.bias, torch.zeros(fan_out))

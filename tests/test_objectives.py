@@ -4,6 +4,7 @@ from cfbook import (
     AdversarialObjective,
     EnergyDifferentialObjective,
     FullObjective,
+    Objective,
     VanillaObjective,
 )
 
@@ -24,8 +25,8 @@ def test_which_objectives_need_counterfactuals():
     assert FullObjective().needs_counterfactuals
     assert EnergyDifferentialObjective().needs_counterfactuals
     assert AdversarialObjective().needs_counterfactuals
-    assert VanillaObjective().needs_counterfactuals  # needs_ce=True still searches
-    assert not VanillaObjective(needs_ce=False).needs_counterfactuals
+    assert not VanillaObjective().needs_counterfactuals  # CT.jl: needs_ce = false
+    assert VanillaObjective(needs_ce=True).needs_counterfactuals
     assert not VanillaObjective().uses_counterfactual_terms
     assert FullObjective().name == "FullObjective"
 
@@ -33,3 +34,22 @@ def test_which_objectives_need_counterfactuals():
 def test_negative_weight_is_named():
     with pytest.raises(ValueError, match="lambda_adv"):
         FullObjective(lambda_adv=-1.0)
+
+
+@pytest.mark.parametrize(
+    "objective,weight",
+    [
+        (VanillaObjective, "lambda_div"),
+        (VanillaObjective, "lambda_adv"),
+        (AdversarialObjective, "lambda_reg"),
+        (EnergyDifferentialObjective, "lambda_adv"),
+    ],
+)
+def test_a_weight_the_objective_does_not_use_is_an_error(objective, weight):
+    with pytest.raises(ValueError, match=f"{objective.__name__} has no {weight} term"):
+        objective(**{weight: 0.5})
+    assert objective(**{weight: 0.0}).lambdas == objective().lambdas
+
+
+def test_the_base_objective_takes_any_mix():
+    assert Objective(lambda_clf=2.0, lambda_adv=0.3).lambdas == (2.0, 0.0, 0.0, 0.3)

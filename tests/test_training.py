@@ -1,3 +1,4 @@
+import time
 import warnings
 
 import pytest
@@ -5,6 +6,7 @@ import torch
 
 from cfbook import (
     AdversarialObjective,
+    CounterfactualResult,
     EnergyDifferentialObjective,
     FullObjective,
     NativeGenerator,
@@ -13,10 +15,17 @@ from cfbook import (
     counterfactual_training,
 )
 from cfbook.constraints import make_constraints
+from cfbook.counterfactuals import (
+    NeighbourSampler,
+    draw_targets,
+    epoch_counterfactuals,
+    label_levels,
+)
 from cfbook.data import DeviceLoader, load_mnist
-from cfbook.metrics import predict
+from cfbook.generators import PAPER_SEARCH
+from cfbook.metrics import accuracy, predict
 from cfbook.models import mlp
-from cfbook.training import _chunk_bounds, _counterfactuals, _NeighbourSampler
+from cfbook.training import _chunk_bounds
 
 N_FEATURES, N_CLASSES = 10, 3
 
@@ -37,9 +46,10 @@ def toy_run(objective, generator=None, *, nepochs=4, seed=0, loader_seed=0, **kw
     loader = DeviceLoader(x, y, batch_size=30, seed=loader_seed)
     kwargs.setdefault("domain", (-3.0, 3.0))
     kwargs.setdefault("verbose", 0)
+    kwargs.setdefault("device", "cpu")
     return counterfactual_training(
         objective, model, generator or NativeGenerator(maxiter=10, step_size=0.5), loader,
-        optimizer, device="cpu", nepochs=nepochs, **kwargs,
+        optimizer, nepochs=nepochs, **kwargs,
     )
 
 
@@ -49,29 +59,113 @@ class ForbiddenGenerator(NativeGenerator):
 
 
 class SpyGenerator(NativeGenerator):
-    """Records, at call time, the model's predictions next to the requested targets."""
+    """Records, at call time, the factuals, the model's predictions, the targets and what the
+    search returned."""
 
     calls: list
 
     def generate(self, model, x, target, **kwargs):
         object.__setattr__(self, "calls", getattr(self, "calls", []))
-        self.calls.append((predict(model, x), target.clone(), kwargs.get("cf_batchsize")))
-        return super().generate(model, x, target, **kwargs)
+        result = super().generate(model, x, target, **kwargs)
+        self.calls.append({"x": x.clone(), "pred": predict(model, x), "target": target.clone(),
+                           "cf_batchsize": kwargs.get("cf_batchsize"), "result": result})
+        return result
+
+
+# --- a loss computed by hand ----------------------------------------------------------------------
+#
+# Two classes, each with two identical samples: (1, 0) labelled 0 and (0, 1) labelled 1. The model
+# is the identity (logits = x), so every prediction is right and each factual's target is the other
+# class. The stub search returns 2 * (the target's sample) as counterfactual, the factual itself as
+# nascent point, and calls the first three of the four rows valid. Whatever the random draws:
+#   CE(f(x), y) = log(1 + e^-1) for every sample                                  = 0.3132617
+#   valid rows:   z_cf = 2 (target logit of the CF), z_nb = 1 (of the neighbour)
+#   invalid row:  the CF is replaced by its neighbour, so z_cf = z_nb = 1
+#   implaus  = mean(z_cf - z_nb)       = (1 + 1 + 1 + 0) / 4                        = 0.75
+#   reg_loss = mean(z_nb^2 + z_cf^2)   = (5 + 5 + 5 + 2) / 4                        = 4.25
+#   adv_loss = CE(f(nascent), label)   = CE(f(x), y)                                = 0.3132617
+#   implaus_valid = mean over the 3 valid rows of (z_cf - z_nb)                     = 1.0
+CE = 0.31326169
+HAND = {"implaus": 0.75, "reg_loss": 4.25, "adv_loss": CE, "implaus_valid": 1.0}
+
+
+class StubSearch(NativeGenerator):
+    """A search whose output is fixed by hand (see above); it advances ``clock`` by 100 s."""
+
+    def generate(self, model, x, target, **kwargs):
+        cf = 2.0 * torch.nn.functional.one_hot(target, 2).float()
+        valid = torch.arange(len(x)) < 3
+        STUB_CLOCK[0] += 100.0
+        return CounterfactualResult(cf, x.clone(), valid, torch.full((len(x),), 7))
+
+
+STUB_CLOCK = [0.0]
+
+
+def hand_run(objective, **kwargs):
+    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    y = torch.tensor([0, 0, 1, 1])
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+        model.bias.zero_()
+    return counterfactual_training(
+        objective, model, StubSearch(), DeviceLoader(x, y, batch_size=4),
+        torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", nepochs=1, domain=None,
+        nce=4, verbose=0, **kwargs,
+    )
+
+
+@pytest.mark.parametrize(
+    "objective",
+    [
+        FullObjective(lambda_clf=2.0),
+        FullObjective(lambda_div=0.3, lambda_reg=0.7, lambda_adv=1.5),
+        EnergyDifferentialObjective(),
+        AdversarialObjective(),
+        VanillaObjective(lambda_clf=3.0, needs_ce=True),
+    ],
+    ids=lambda o: f"{o.name}{o.lambdas}",
+)
+def test_one_batch_loss_matches_the_hand_computation(objective):
+    _, log = hand_run(objective)
+    (record,) = log
+    expected = (objective.lambda_clf * CE + objective.lambda_div * HAND["implaus"]
+                + objective.lambda_reg * HAND["reg_loss"] + objective.lambda_adv * HAND["adv_loss"])
+    assert record.train_loss == pytest.approx(expected, abs=1e-5)
+    # The three terms are logged whatever their weights (without gradient when the weight is 0).
+    for name, value in HAND.items():
+        assert getattr(record, name) == pytest.approx(value, abs=1e-5), name
+    assert record.percent_valid == 0.75 and record.avg_iter == 7.0
+    assert record.skipped_batches == 0
+
+
+def test_terms_with_zero_weight_never_reach_the_gradient():
+    trained = {}
+    for needs_ce in (False, True):
+        torch.manual_seed(0)
+        model, log = toy_run(VanillaObjective(needs_ce=needs_ce), NativeGenerator(maxiter=3),
+                             nce=30, nepochs=2, seed=0)
+        trained[needs_ce] = [p.detach().clone() for p in model.parameters()]
+        assert all((r.implaus is not None) == needs_ce for r in log)
+        assert all((r.adv_loss is not None) == needs_ce for r in log)
+    for a, b in zip(trained[False], trained[True], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_epoch_time_includes_the_search(monkeypatch):
+    # A clock that only the stub search advances: the epoch's time is the search's 100 s exactly
+    # when the clock starts before the search (and 0 if it started after it).
+    monkeypatch.setattr(time, "perf_counter", lambda: STUB_CLOCK[0])
+    _, log = hand_run(FullObjective())
+    assert log[0].time_taken == 100.0
 
 
 def test_vanilla_never_calls_the_generator():
-    _, log = toy_run(VanillaObjective(needs_ce=False), ForbiddenGenerator(), burnin=0.0)
+    _, log = toy_run(VanillaObjective(), ForbiddenGenerator(), burnin=0.0)
     assert len(log) == 4
-    assert all(r.implaus is None and r.adv_loss is None for r in log)
+    assert all(r.implaus is None and r.adv_loss is None and r.implaus_valid is None for r in log)
     assert all(r.percent_valid == 1.0 and r.avg_iter == 0.0 for r in log)
-
-
-def test_vanilla_with_needs_ce_searches_but_adds_no_terms():
-    spy = SpyGenerator(maxiter=5)
-    _, log = toy_run(VanillaObjective(needs_ce=True), spy, nce=30)
-    assert len(spy.calls) == 4
-    assert all(r.implaus is None and r.reg_loss is None and r.adv_loss is None for r in log)
-    assert all(r.avg_iter > 0 for r in log)
 
 
 def test_log_has_none_exactly_where_it_should():
@@ -81,27 +175,77 @@ def test_log_has_none_exactly_where_it_should():
     assert [r.acc is None for r in log] == [True, False, True, False, True]
     assert [r.acc_val is None for r in log] == [True, False, True, False, True]
     for r in log[:2]:  # burn-in
-        assert (r.implaus, r.reg_loss, r.adv_loss) == (None, None, None)
+        assert (r.implaus, r.reg_loss, r.adv_loss, r.implaus_valid) == (None,) * 4
         assert (r.percent_valid, r.avg_iter) == (1.0, 0.0)
     for r in log[2:]:
         assert None not in (r.implaus, r.reg_loss, r.adv_loss)
         assert 0.0 <= r.percent_valid <= 1.0 and r.avg_iter > 0
     assert all(r.time_taken > 0 and r.train_loss > 0 for r in log)
     assert log.meta["burnin_epochs"] == 2 and log.meta["objective"] == "FullObjective"
+    assert log.meta["lambdas"] == [1.0, 0.5, 0.1, 0.25]
+    assert log.meta["generator"] == NativeGenerator(maxiter=10, step_size=0.5).settings()
 
-    _, adv = toy_run(AdversarialObjective(), nepochs=2, nce=30)
-    assert all(r.implaus is None and r.reg_loss is None and r.adv_loss is not None for r in adv)
-    _, energy = toy_run(EnergyDifferentialObjective(), nepochs=2, nce=30)
-    assert all(r.implaus is not None and r.adv_loss is None for r in energy)
+
+def test_logged_validity_and_iterations_are_the_searchs_own():
+    spy = SpyGenerator(maxiter=6, tau=0.5, step_size=0.5)
+    _, log = toy_run(FullObjective(), spy, nepochs=3, nce=60)
+    for record, call in zip(log, spy.calls, strict=True):
+        result = call["result"]
+        assert 0 < int(result.valid.sum()) < 60  # both outcomes, or the check is weak
+        assert record.percent_valid == pytest.approx(float(result.valid.float().mean()))
+        assert record.avg_iter == pytest.approx(float(result.iterations.float().mean()))
+
+
+def test_factuals_are_a_fresh_random_draw_each_epoch():
+    x, _ = toy_data()
+    spy = SpyGenerator(maxiter=2)
+    toy_run(FullObjective(), spy, nepochs=3, nce=10)
+    drawn = []
+    for call in spy.calls:
+        rows = (call["x"][:, None, :] == x[None]).all(2).float().argmax(1)
+        assert len(set(rows.tolist())) == 10  # without replacement
+        drawn.append(set(rows.tolist()))
+    assert drawn[0] != drawn[1] != drawn[2]
+    assert max(max(d) for d in drawn) >= 10  # not the first nce rows
+
+
+def test_accuracy_is_measured_on_the_training_set_and_acc_val_on_the_held_out_one():
+    x, y = toy_data()
+    x_val, y_val = toy_data(30, seed=1)
+    y_val = (y_val + 1) % N_CLASSES  # wrong labels: a held-out accuracy far from the training one
+    model, log = toy_run(VanillaObjective(), nepochs=3, val_loader=DeviceLoader(x_val, y_val, 10))
+    assert log[-1].acc == accuracy(model, x, y)
+    assert log[-1].acc_val == accuracy(model, x_val, y_val)
+    assert log[-1].acc > log[-1].acc_val + 0.3
+
+
+def test_nce_defaults_to_one_counterfactual_per_batch():
+    spy = SpyGenerator(maxiter=2)
+    _, log = toy_run(FullObjective(), spy, nepochs=1)
+    assert log.meta["nce"] == 3 and spy.calls[0]["target"].shape == (3,)
+
+
+def test_targets_are_drawn_from_the_labels_present_minus_the_prediction():
+    rng = torch.Generator().manual_seed(0)
+    levels = torch.tensor([0, 2, 5])
+    for predicted, allowed in [(0, {2, 5}), (2, {0, 5}), (5, {0, 2}), (1, {0, 2, 5})]:
+        target = draw_targets(torch.full((3000,), predicted), levels, rng)
+        counts = torch.bincount(target, minlength=6)
+        assert {int(c) for c in target.unique()} == allowed
+        share = counts[sorted(allowed)].float() / 3000
+        assert bool((share - 1 / len(allowed)).abs().max() < 0.04)  # uniform
+    with pytest.raises(ValueError, match="at least two"):
+        label_levels(torch.tensor([3, 3, 3]))
 
 
 def test_targets_exclude_the_predicted_class_and_chunking_is_passed_on():
     spy = SpyGenerator(maxiter=3)
     toy_run(FullObjective(), spy, nepochs=3, nce=60, cf_batchsize=16)
     assert len(spy.calls) == 3
-    for pred, target, cf_batchsize in spy.calls:
-        assert target.shape == (60,) and cf_batchsize == 16
-        assert bool((pred != target).all())
+    for call in spy.calls:
+        target = call["target"]
+        assert target.shape == (60,) and call["cf_batchsize"] == 16
+        assert bool((call["pred"] != target).all())
         assert set(target.tolist()) <= set(range(N_CLASSES))
 
 
@@ -112,9 +256,9 @@ def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
     mutability = ["none", "increase", "decrease"] + ["both"] * (N_FEATURES - 3)
     constraints = make_constraints(None, mutability, N_FEATURES, device="cpu")
     rng = torch.Generator().manual_seed(0)
-    cf = _counterfactuals(
-        model, NativeGenerator(maxiter=8, step_size=2.0, tau=0.5), x, y, 40, N_CLASSES,
-        _NeighbourSampler(y, N_CLASSES), constraints, None, mutability, None, rng,
+    cf = epoch_counterfactuals(
+        model, NativeGenerator(maxiter=8, step_size=2.0, tau=0.5), x, y, 40, label_levels(y),
+        NeighbourSampler(y, N_CLASSES), constraints, None, mutability, None, rng,
     )
     assert 0 < int(cf.valid.sum()) < 40  # both branches are exercised
     mature = cf.counterfactual
@@ -133,7 +277,7 @@ def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
 
 def test_neighbour_sampler_draws_from_the_target_class():
     y = torch.tensor([2, 0, 1, 2, 2, 0, 1, 1, 2])
-    sampler = _NeighbourSampler(y, 4)  # class 3 has no samples
+    sampler = NeighbourSampler(y, 4)  # class 3 has no samples
     rng = torch.Generator().manual_seed(0)
     classes = torch.tensor([0, 1, 2] * 50)
     idx = sampler(classes, rng)
@@ -192,23 +336,32 @@ def test_small_nce_is_raised_to_one_per_batch():
     assert log.meta["nce"] == 3
 
 
-def test_non_finite_loss_skips_the_update():
-    x, y = toy_data(30)
+def test_non_finite_loss_skips_the_update_and_is_counted():
+    x, y = toy_data(60)
     x[0, 0] = float("nan")
     torch.manual_seed(0)
     model = mlp(N_FEATURES, (16,), N_CLASSES)
     before = [p.detach().clone() for p in model.parameters()]
-    loader = DeviceLoader(x, y, batch_size=30)
+    # Unshuffled: the NaN sample is in batch 0 of 2; only batch 1 updates the weights.
+    loader = DeviceLoader(x, y, batch_size=30, shuffle=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.warns(UserWarning, match="non-finite loss in epoch 1, batch 0: update skipped"):
-        counterfactual_training(VanillaObjective(needs_ce=False), model, NativeGenerator(), loader,
-                                torch.optim.Adam(model.parameters()), device="cpu", nepochs=1,
-                                domain=None, verbose=0)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+        _, log = counterfactual_training(
+            VanillaObjective(), model, NativeGenerator(), loader, optimizer, device="cpu",
+            nepochs=1, domain=None, verbose=0)
+    assert log[0].skipped_batches == 1
+    assert log[0].train_loss != log[0].train_loss  # the mean covers every batch: NaN, as in CT.jl
+    torch.manual_seed(0)
+    reference = mlp(N_FEATURES, (16,), N_CLASSES)
+    assert all(torch.equal(a, b) for a, b in zip(before, reference.parameters(), strict=True))
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    torch.nn.functional.cross_entropy(reference(x[30:]), y[30:]).backward()
+    ref_opt.step()
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
 
 
-def test_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path):
-    model_a, log_a = toy_run(FullObjective(), nepochs=4, burnin=0.25, nce=30)
-
+def _interrupted_run(tmp_path, **kwargs):
     class Interrupt(Exception):
         pass
 
@@ -218,7 +371,12 @@ def test_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path):
 
     with pytest.raises(Interrupt):
         toy_run(FullObjective(), nepochs=4, burnin=0.25, nce=30, checkpoint_dir=tmp_path,
-                callback=stop_after_two)
+                callback=stop_after_two, **kwargs)
+
+
+def test_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path):
+    model_a, log_a = toy_run(FullObjective(), nepochs=4, burnin=0.25, nce=30)
+    _interrupted_run(tmp_path)
     # A fresh process would build a new model, optimizer and loader: different seeds prove the
     # checkpoint (weights, optimizer, RNG and loader states) alone decides the outcome.
     model_b, log_b = toy_run(FullObjective(), nepochs=4, burnin=0.25, nce=30, seed=7,
@@ -227,8 +385,39 @@ def test_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     strip = [{k: v for k, v in vars(r).items() if k != "time_taken"} for r in log_a]
     assert strip == [{k: v for k, v in vars(r).items() if k != "time_taken"} for r in log_b]
-    with pytest.raises(ValueError, match="belongs to FullObjective"):
-        toy_run(AdversarialObjective(), nepochs=4, checkpoint_dir=tmp_path)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast needs CUDA")
+def test_fp16_resume_restores_the_grad_scaler(tmp_path):
+    kwargs = {"nepochs": 4, "burnin": 0.25, "nce": 30, "amp": "fp16", "device": "cuda"}
+    model_a, _ = toy_run(FullObjective(), **kwargs)
+    _interrupted_run(tmp_path, amp="fp16", device="cuda")
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["scaler"]
+    assert saved["scale"] > 0 and saved["_growth_tracker"] > 0
+    model_b, _ = toy_run(FullObjective(), seed=7, loader_seed=9, checkpoint_dir=tmp_path,
+                         **kwargs)
+    for a, b in zip(model_a.state_dict().values(), model_b.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "objective,generator,kwargs,named",
+    [
+        (AdversarialObjective(), None, {}, "objective: 'FullObjective' in the checkpoint"),
+        (FullObjective(lambda_reg=0.01), None, {}, "lambdas: [1.0, 0.5, 0.1, 0.25]"),
+        (FullObjective(), None, {"nce": 60}, "nce: 30 in the checkpoint, 60 now"),
+        (FullObjective(), None, {"burnin": 0.5}, "burnin_epochs: 1 in the checkpoint, 2 now"),
+        (FullObjective(), NativeGenerator(maxiter=10, step_size=0.5, tau=0.9), {}, "'tau': 0.9"),
+        (FullObjective(), None, {"amp": "bf16"}, "amp: None in the checkpoint, 'bf16' now"),
+    ],
+    ids=["objective", "lambdas", "nce", "burnin", "generator", "amp"],
+)
+def test_resume_refuses_another_run(tmp_path, objective, generator, kwargs, named):
+    _interrupted_run(tmp_path)
+    kwargs = {"nce": 30, "burnin": 0.25, **kwargs}
+    with pytest.raises(ValueError, match="belongs to another run") as info:
+        toy_run(objective, generator, nepochs=4, checkpoint_dir=tmp_path, **kwargs)
+    assert named in str(info.value)
 
 
 def test_corrupt_checkpoint_is_named(tmp_path):
@@ -238,7 +427,7 @@ def test_corrupt_checkpoint_is_named(tmp_path):
 
 
 def test_verbose_2_prints_every_epoch(capsys):
-    toy_run(VanillaObjective(needs_ce=False), nepochs=2, verbose=2)
+    toy_run(VanillaObjective(), nepochs=2, verbose=2)
     out = capsys.readouterr()
     assert "epoch=1" in out.out + out.err and "epoch=2" in out.out + out.err
 
@@ -257,12 +446,19 @@ def test_full_training_lowers_the_energy_differential_on_mnist():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _, log = counterfactual_training(
-            FullObjective(), model, NativeGenerator(tau=0.5, step_size=1.0), data.loader(100),
-            torch.optim.Adam(model.parameters(), 1e-2), device="cpu", nepochs=12,
-            domain=data.domain, burnin=0.34, nce=120, verbose=0,
+            FullObjective(), model, NativeGenerator(**PAPER_SEARCH, tau=0.5, step_size=1.0),
+            data.loader(100), torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
+            nepochs=12, domain=data.domain, burnin=0.34, nce=120, verbose=0,
         )
-    implaus = [r.implaus for r in log if r.implaus is not None]
-    assert len(implaus) == 8
+    cf_epochs = [r for r in log if r.implaus is not None]
+    assert len(cf_epochs) == 8
+    implaus = [r.implaus for r in cf_epochs]
     first, last = implaus[: len(implaus) // 2], implaus[len(implaus) // 2 :]
     assert sum(last) / len(last) < sum(first) / len(first) - 0.2
     assert log[-1].percent_valid > 0.5
+    for r in cf_epochs:
+        # Invalid counterfactuals count 0 in implaus and every batch holds 20 of them, so
+        # implaus is implaus_valid scaled by the share of valid counterfactuals.
+        assert 0 < r.percent_valid < 1
+        assert r.implaus == pytest.approx(r.implaus_valid * r.percent_valid, abs=1e-4)
+        assert r.reg_loss > 0 and r.adv_loss > 0

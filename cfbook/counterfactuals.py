@@ -1,0 +1,104 @@
+"""One epoch's counterfactuals (steps 2-8 of Algorithm 1): factuals, targets, the search,
+neighbours and mature counterfactuals, all on the training device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from cfbook.constraints import Constraints, Domain, Mutability
+from cfbook.generators import NativeGenerator, ReferenceGenerator
+from cfbook.metrics import predict
+
+Generator = NativeGenerator | ReferenceGenerator
+
+
+@dataclass
+class CounterfactualBatch:
+    """One epoch's search output, aligned row by row (constants for the loss: no gradient)."""
+
+    counterfactual: Tensor  # mature CF: the search result if valid, else its neighbour
+    neighbour: Tensor
+    nascent: Tensor  # adversarial example
+    target: Tensor
+    label: Tensor  # true label of the factual
+    valid: Tensor
+    iterations: Tensor
+    factual_index: Tensor  # rows of the training set the factuals were drawn from
+
+
+class NeighbourSampler:
+    """Draws, on the device, one training sample whose true label is each requested class."""
+
+    def __init__(self, y: Tensor, n_classes: int):
+        self.order = torch.argsort(y, stable=True)
+        self.counts = torch.bincount(y, minlength=n_classes)
+        self.offsets = torch.cumsum(self.counts, 0) - self.counts
+        self.n = y.shape[0]
+
+    def __call__(self, classes: Tensor, rng: torch.Generator) -> Tensor:
+        u = torch.rand(classes.shape[0], generator=rng, device=classes.device)
+        counts = self.counts[classes]
+        in_class = self.offsets[classes] + (u * counts).long().clamp(max=counts - 1)
+        # A class absent from the data falls back to any sample, as in the Julia package.
+        anywhere = (u * self.n).long().clamp(max=self.n - 1)
+        return self.order[torch.where(counts > 0, in_class, anywhere)]
+
+
+def label_levels(y: Tensor) -> Tensor:
+    """The sorted labels present in the data: the classes targets are drawn from."""
+    levels = torch.unique(y)
+    if levels.numel() < 2:
+        raise ValueError(
+            f"the training labels hold {levels.numel()} class(es); counterfactual targets need "
+            "at least two"
+        )
+    return levels
+
+
+def draw_targets(predicted: Tensor, levels: Tensor, rng: torch.Generator) -> Tensor:
+    """One target per factual, uniform over the labels present in the data (``levels``, sorted)
+    minus the predicted class, as in CT.jl; on the device, without a host sync."""
+    k = levels.shape[0]
+    pos = torch.searchsorted(levels, predicted).clamp_(max=k - 1)
+    present = levels[pos] == predicted
+    u = torch.rand(predicted.shape[0], generator=rng, device=predicted.device)
+    r = (u * (k - present.long())).long().clamp_(max=k - 1)
+    return levels[r + (present & (r >= pos)).long()]
+
+
+def epoch_counterfactuals(
+    model: nn.Module,
+    generator: Generator,
+    x_all: Tensor,
+    y_all: Tensor,
+    nce: int,
+    levels: Tensor,
+    neighbours: NeighbourSampler,
+    constraints: Constraints,
+    domain: Domain,
+    mutability: Mutability,
+    cf_batchsize: int | None,
+    rng: torch.Generator,
+) -> CounterfactualBatch:
+    """Search ``nce`` counterfactuals with the model as it stands at the epoch start."""
+    device = x_all.device
+    idx = torch.randperm(x_all.shape[0], generator=rng, device=device)[:nce]
+    x, label = x_all[idx], y_all[idx]
+    target = draw_targets(predict(model, x), levels, rng)
+    kwargs = {"cf_batchsize": cf_batchsize} if isinstance(generator, NativeGenerator) else {}
+    found = generator.generate(model, x, target, domain=domain, mutability=mutability, **kwargs)
+    neighbour = x_all[neighbours(target, rng)]
+    mature = torch.where(found.valid[:, None], found.counterfactual, neighbour)
+    return CounterfactualBatch(
+        counterfactual=mature,
+        neighbour=constraints.protect_neighbours(neighbour, mature),
+        nascent=found.nascent,
+        target=target,
+        label=label,
+        valid=found.valid,
+        iterations=found.iterations,
+        factual_index=idx,
+    )
