@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from benchmarks.config import Sizes
+from cfbook.device import synchronize
 
 
 class Skipped(Exception):
@@ -37,14 +38,6 @@ class Context:
     def on(self, device: torch.device | str) -> Context:
         """The same run (sizes, caches, clock) measuring on another device."""
         return replace(self, device=torch.device(device))
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued kernels so wall-clock time covers the work itself."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 @dataclass

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import torch
 
-from benchmarks.common import Context, Table, check, synchronize
+from benchmarks.common import Context, Table, check
 from benchmarks.fixtures import DOMAIN, fresh_model
-from cfbook.device import format_bytes, free_cached_memory, reset_peak_memory
+from cfbook.device import format_bytes, free_cached_memory, reset_peak_memory, synchronize
 from cfbook.generators import NativeGenerator
 from cfbook.models import N_FEATURES
 

@@ -20,6 +20,7 @@ __all__ = [
     "free_cached_memory",
     "memory_report",
     "reset_peak_memory",
+    "synchronize",
 ]
 
 # ROCm builds of PyTorch expose AMD GPUs through the "cuda" device type as well.
@@ -172,3 +173,12 @@ def free_cached_memory(device: str | torch.device) -> None:
         torch.cuda.empty_cache()
     elif device.type == "mps":
         torch.mps.empty_cache()
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for the device's queued work, so a clock read afterwards covers it (no-op on CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

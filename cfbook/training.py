@@ -29,6 +29,7 @@ from cfbook.counterfactuals import (
     epoch_counterfactuals,
     label_levels,
 )
+from cfbook.device import synchronize
 from cfbook.generators import count_classes
 from cfbook.log import EpochRecord, TrainingLog
 from cfbook.metrics import accuracy
@@ -131,13 +132,6 @@ def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
         )
         nce = n_batches
     return nce
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def _resume(
@@ -323,7 +317,7 @@ def counterfactual_training(
             model, objective, train_loader, optimizer, device, epoch, cf=cf, chunks=chunks,
             fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
         )
-        _synchronize(device)
+        synchronize(device)
         time_taken = time.perf_counter() - t0
 
         acc = acc_val = None
