@@ -268,7 +268,7 @@ def evaluate(
     return {
         "format": EVALUATION_FORMAT,
         "version": EVALUATION_VERSION,
-        "config": asdict(config),
+        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
         "n_models": len(models),
         "runs": run_records,
         "summary": _summary(run_records, config),
