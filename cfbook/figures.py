@@ -506,17 +506,25 @@ def profile_table(profiles: Iterable[Profile]) -> str:
         "|---|" + "---:|" * len(profiles),
     ]
     for name in names:
-        cells = []
-        for p in profiles:
-            value = getattr(p, name)
-            if name == "burnin":
-                epochs = round(value * p.nepochs)
-                value = f"{value:g} ({epochs} epoch{'' if epochs == 1 else 's'})"
-            elif isinstance(value, float):
-                value = f"{value:g}"
-            cells.append(str(value))
+        cells = [_setting(p, name) for p in profiles]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _setting(profile: Profile, name: str) -> str:
+    """One profile setting as the table shows it."""
+    value = getattr(profile, name)
+    if name == "burnin":
+        epochs = round(value * profile.nepochs)
+        return f"{value:g} ({epochs} epoch{'' if epochs == 1 else 's'})"
+    if name == "n" and value is None:
+        return "all"
+    if name == "evaluation":
+        attacked = value.attack_samples or "all"
+        return f"{value.n_factuals} factuals x {value.runs} runs; attacks on {attacked} held-out"
+    if isinstance(value, tuple):
+        return ", ".join(f"{v:g}" for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def other_stored_runs(active: str, data_dir: str | Path | None = None) -> list[str]:

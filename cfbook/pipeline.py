@@ -22,7 +22,6 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
@@ -33,7 +32,7 @@ from cfbook.data import find_data_dir
 from cfbook.log import load_log
 from cfbook.profiles import PROFILES, Profile, resolve_parameters
 from cfbook.site import CONFIG_FILE, build_site, read_book
-from cfbook.stages import TRAINING_MODES, log_path, profile_dir
+from cfbook.stages import TRAINING_MODES, load_evaluation, profile_dir, stage_outputs
 
 __all__ = [
     "TRAINING_CHAPTER",
@@ -177,19 +176,23 @@ def _strip_run_metadata(path: Path, keep: tuple[str, ...] = ()) -> None:
     atomic_write_text(path, nbformat.writes(nb))
 
 
-def _reuse_reason(path: Path, profile: Profile) -> str | None:
-    """Why the existing log at ``path`` can stand in for a training run, or None to retrain."""
-    if not path.is_file():
+def _reuse_reason(paths: list[Path], profile: Profile) -> str | None:
+    """Why a stage's existing outputs (run logs, then its evaluation) can stand in for training
+    it again, or None to retrain."""
+    if not all(path.is_file() for path in paths):
         return None
+    *logs, evaluation = paths
     try:
-        log = load_log(path)
+        configs = [load_log(path).meta.get("config") for path in logs]
+        configs.append(load_evaluation(evaluation)["meta"].get("config"))
     except ValueError as err:
         print(f"       {err}; training again")
         return None
-    if log.meta.get("config") != asdict(profile):
-        print(f"       {path} was made with another {profile.name!r} configuration; training again")
+    if any(config != profile.config() for config in configs):
+        print(f"       {logs[0]} was made with another {profile.name!r} configuration; "
+              "training again")
         return None
-    return f"reusing {path} ({len(log)} epochs); pass --force to retrain"
+    return f"reusing {logs[0]} and its evaluation; pass --force to retrain"
 
 
 def _fmt(seconds: float) -> str:
@@ -247,9 +250,9 @@ def run_pipeline(
         for mode in TRAINING_MODES:
             step += 1
             stage = f"training, CT_MODE={mode}"
-            path = log_path(data_dir, profile.name, mode)
+            outputs = stage_outputs(data_dir, profile, mode)
             print(f"[{step}/{n_steps}] {stage}", flush=True)
-            reason = None if force else _reuse_reason(path, profile)
+            reason = None if force else _reuse_reason(outputs, profile)
             if reason is not None:
                 print(f"       {reason}", flush=True)
                 continue
@@ -259,9 +262,12 @@ def run_pipeline(
                 {"CT_MODE": mode, "profile": profile.name}, cwd=book_dir, kernel=kernel,
                 verbose=verbose, keep_metadata=("parameters", "exception", "duration"),
             )
-            if not path.is_file():
-                raise StageFailed(stage, notebook, f"the notebook finished but wrote no log {path}")
-            print(f"       done in {_fmt(seconds)} -> {path} (notebook {notebook})", flush=True)
+            missing = [p for p in outputs if not p.is_file()]
+            if missing:
+                raise StageFailed(stage, notebook,
+                                  f"the notebook finished but wrote no {missing[0]}")
+            print(f"       done in {_fmt(seconds)} -> {outputs[0].parent} (notebook {notebook})",
+                  flush=True)
         if stages_only:
             print(f"Training stages done in {_fmt(time.perf_counter() - t_total)}")
             return None

@@ -6,15 +6,21 @@ pipeline and the tests agree on what "the tutorial run" or "the CPU run" means.
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
+from cfbook.evaluation import EvaluationConfig
+from cfbook.generators import PAPER_SEARCH, NativeGenerator
 from cfbook.models import MODELS
+from cfbook.objectives import DEFAULT_LAMBDAS, FullObjective, Objective, VanillaObjective
 
 __all__ = [
     "CT_MODES",
+    "GENERATORS",
     "MODEL_NAMES",
     "PROFILES",
     "Profile",
@@ -28,16 +34,26 @@ CT_MODES = ("full", "vanilla", "plot")
 MODEL_NAMES = tuple(MODELS)
 
 
-_POSITIVE_INTS = ("n", "nepochs", "batch_size", "nce", "cf_batchsize", "maxiter", "accuracy_every")
+_POSITIVE_INTS = (
+    "nepochs", "batch_size", "nce", "cf_batchsize", "maxiter", "accuracy_every", "runs",
+)
+#: The search settings a profile can name: CT.jl's NativeGenerator() defaults, or the paper's.
+GENERATORS = {"native": {}, "paper": PAPER_SEARCH}
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One training configuration; both objectives of a comparison run with the same profile."""
+    """One training configuration; both objectives of a comparison run with the same profile.
+
+    ``n=None`` trains on every sample the data source has. ``runs`` trains each objective that
+    many times, run ``k`` seeding the model and the batch order with ``seed + k`` (the data subset
+    always comes from ``seed``). ``lambdas`` weigh the full objective's terms, ``generator`` and
+    ``tau`` set the training-time search, ``evaluation`` the test-time protocol after training.
+    """
 
     name: str
     model: str
-    n: int
+    n: int | None
     nepochs: int
     batch_size: int
     lr: float
@@ -47,6 +63,11 @@ class Profile:
     burnin: float
     accuracy_every: int
     seed: int = 42
+    runs: int = 1
+    lambdas: tuple[float, float, float, float] = DEFAULT_LAMBDAS
+    generator: str = "native"
+    tau: float = 0.75
+    evaluation: EvaluationConfig = EvaluationConfig()
 
     def __post_init__(self) -> None:
         # Fail when the profile is defined, not twenty minutes into a training run.
@@ -55,7 +76,7 @@ class Profile:
                 f"profile {self.name!r}: model must be one of {', '.join(MODEL_NAMES)}, "
                 f"got {self.model!r}"
             )
-        for name in _POSITIVE_INTS:
+        for name in _POSITIVE_INTS + (() if self.n is None else ("n",)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(
@@ -67,23 +88,61 @@ class Profile:
             )
         if not self.lr > 0.0:
             raise ValueError(f"profile {self.name!r}: lr must be positive, got {self.lr!r}")
+        if self.generator not in GENERATORS:
+            raise ValueError(
+                f"profile {self.name!r}: generator must be one of {', '.join(GENERATORS)}, "
+                f"got {self.generator!r}"
+            )
+        FullObjective(*self.lambdas)  # checks the weights
+        NativeGenerator(tau=self.tau)  # checks tau
+
+    def objective(self, mode: str) -> Objective:
+        """The objective a training stage runs: the full one with the profile's weights, or the
+        baseline (which, as in the tutorial, never searches)."""
+        return FullObjective(*self.lambdas) if mode == "full" else VanillaObjective()
+
+    def search(self) -> NativeGenerator:
+        """The training-time generator."""
+        return NativeGenerator(maxiter=self.maxiter, tau=self.tau, **GENERATORS[self.generator])
+
+    def run_seeds(self) -> list[int]:
+        return [self.seed + k for k in range(self.runs)]
+
+    def config(self) -> dict[str, Any]:
+        """The profile as plain JSON values, as logs record it and compare it."""
+        return json.loads(json.dumps(asdict(self)))
 
 
 PROFILES: dict[str, Profile] = {
-    # The Julia "Training on GPU" tutorial's run, value for value.
+    # The Julia "Training on GPU" tutorial's run, value for value; the paper's evaluation.
     "tutorial": Profile(
         name="tutorial", model="resnet18", n=5000, nepochs=25, batch_size=128, lr=1e-3,
         nce=1024, cf_batchsize=128, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
     ),
     # Same model and search on fewer samples and epochs: shows the same effects on a 2-core CPU.
+    # The evaluation attacks 500 held-out digits and draws 3 x 100 factuals from one model.
     "cpu": Profile(
         name="cpu", model="resnet18", n=3000, nepochs=20, batch_size=128, lr=1e-3,
         nce=512, cf_batchsize=512, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
+        evaluation=EvaluationConfig(runs=3, attack_samples=500),
     ),
-    # Seconds per training: exercises every code path (burn-in, skipped accuracy) for tests.
+    # Seconds per training: exercises every code path (burn-in, skipped accuracy, several runs,
+    # the evaluation) for tests.
     "smoke": Profile(
         name="smoke", model="mlp", n=300, nepochs=4, batch_size=64, lr=1e-3,
-        nce=32, cf_batchsize=32, maxiter=5, burnin=0.25, accuracy_every=2, seed=42,
+        nce=32, cf_batchsize=32, maxiter=5, burnin=0.25, accuracy_every=2, seed=42, runs=2,
+        evaluation=EvaluationConfig(
+            n_factuals=10, runs=2, lambda_energy=(1.0, 5.0), maxiter=20, ip_draws=50,
+            epsilons=(0.03,), pgd_steps=2, attack_samples=100,
+        ),
+    ),
+    # The CT paper's MNIST experiment: MLP 784-32-10, 100 epochs, batch 1000, Adam 1e-3, no
+    # burn-in, nce 5000, lambdas [1, 0.5, 0.01, 0.25], its generator at tau 0.5; 3 seeds. Every
+    # training sample the data source has (the full training split when present).
+    "paper": Profile(
+        name="paper", model="mlp", n=None, nepochs=100, batch_size=1000, lr=1e-3,
+        nce=5000, cf_batchsize=5000, maxiter=30, burnin=0.0, accuracy_every=5, seed=42, runs=3,
+        lambdas=(1.0, 0.5, 0.01, 0.25), generator="paper", tau=0.5,
     ),
 }
 

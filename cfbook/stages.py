@@ -1,127 +1,203 @@
-"""The two training stages and the plot stage's loader: everything the chapters call.
+"""The two training stages and the plot stage's loaders: everything the chapters call.
 
-Each training runs in its own process (one CT_MODE per kernel) and leaves only a JSON log behind,
-so a second heavy training never inherits the first one's fragmented accelerator memory.
+Each training runs in its own process (one CT_MODE per kernel) and leaves behind, per run, a JSON
+log and the model's weights, then one evaluation file for all its runs; a second heavy training
+never inherits the first one's fragmented accelerator memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict
+import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from cfbook.atomic import atomic_torch_save, atomic_write_text
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
-from cfbook.generators import NativeGenerator
+from cfbook.evaluation import EVALUATION_FORMAT, evaluate
 from cfbook.log import TrainingLog, load_log, save_log
 from cfbook.models import build_model
-from cfbook.objectives import FullObjective, Objective, VanillaObjective
 from cfbook.profiles import Profile, check_mode
 from cfbook.training import counterfactual_training
 
 __all__ = [
     "TRAINING_MODES",
+    "evaluation_path",
     "load_comparison_logs",
+    "load_evaluation",
+    "load_evaluations",
     "log_path",
     "profile_data",
     "profile_dir",
     "run_training_stage",
+    "stage_outputs",
+    "weights_path",
 ]
 
 TRAINING_MODES = ("full", "vanilla")
 
-_OBJECTIVES: dict[str, Callable[[], Objective]] = {
-    "full": FullObjective,
-    # VanillaObjective() skips the counterfactual search entirely, as in the tutorial.
-    "vanilla": VanillaObjective,
-}
-
 
 def profile_dir(data_dir: str | Path | None, profile_name: str) -> Path:
-    """Folder holding one profile's logs and executed stage notebooks."""
+    """Folder holding one profile's logs, evaluations and executed stage notebooks."""
     root = Path(data_dir) if data_dir is not None else find_data_dir()
     return root / profile_name
 
 
-def log_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
-    """Where the training stage ``mode`` (full or vanilla) saves its log."""
+def _training_mode(mode: str) -> str:
     if check_mode(mode) not in TRAINING_MODES:
         raise ValueError(f"only {' and '.join(TRAINING_MODES)} stages write logs, not {mode!r}")
-    return profile_dir(data_dir, profile_name) / f"{mode}.json"
+    return mode
+
+
+def _run_suffix(run: int) -> str:
+    return "" if run == 1 else f"-run{run}"
+
+
+def log_path(data_dir: str | Path | None, profile_name: str, mode: str, run: int = 1) -> Path:
+    """Where run ``run`` (1-based) of the training stage ``mode`` saves its log."""
+    return profile_dir(data_dir, profile_name) / f"{_training_mode(mode)}{_run_suffix(run)}.json"
+
+
+def weights_path(data_dir: str | Path | None, profile_name: str, mode: str, run: int = 1) -> Path:
+    """Where run ``run`` saves its trained weights (git-ignored; ``weights_only``-loadable)."""
+    return log_path(data_dir, profile_name, mode, run).with_suffix(".pt")
+
+
+def evaluation_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
+    """Where the stage ``mode`` saves the evaluation of all its runs."""
+    return profile_dir(data_dir, profile_name) / f"{_training_mode(mode)}-evaluation.json"
+
+
+def stage_outputs(data_dir: str | Path | None, profile: Profile, mode: str) -> list[Path]:
+    """Every file a finished stage leaves in git: its runs' logs and its evaluation."""
+    logs = [log_path(data_dir, profile.name, mode, run) for run in range(1, profile.runs + 1)]
+    return [*logs, evaluation_path(data_dir, profile.name, mode)]
 
 
 def profile_data(
     profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> tuple[MNISTData, DeviceLoader]:
-    """The profile's MNIST subset and its shuffling loader: what both stages train on, and what the
-    MNIST chapter shows."""
+    """The profile's MNIST subset and its first run's shuffling loader: what the stages train
+    on, and what the MNIST chapter shows."""
     data = load_mnist(profile.n, device=device, seed=profile.seed, root=data_dir)
     return data, data.loader(batch_size=profile.batch_size, shuffle=True, seed=profile.seed)
+
+
+def _train_run(
+    mode: str, profile: Profile, data: MNISTData, run: int, device: torch.device, root: Path,
+) -> tuple[torch.nn.Module, TrainingLog]:
+    """Train run ``run`` and save its log and weights. The model is built right after seeding
+    with the run's seed, so the full and the vanilla stage start from identical weights and see
+    the same mini-batch order."""
+    seed = profile.run_seeds()[run - 1]
+    loader = data.loader(batch_size=profile.batch_size, shuffle=True, seed=seed)
+    torch.manual_seed(seed)
+    model = build_model(profile.model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
+    model, log = counterfactual_training(
+        profile.objective(mode), model, profile.search(), loader, optimizer,
+        device=device, nepochs=profile.nepochs, domain=data.domain, burnin=profile.burnin,
+        nce=profile.nce, cf_batchsize=profile.cf_batchsize,
+        accuracy_every=profile.accuracy_every, val_loader=data.val_loader(),
+    )
+    log.meta.update(
+        profile=profile.name, config=profile.config(), run=run, seed=seed,
+        data_source=data.source, device_name=describe_device(device),
+    )
+    path = log_path(root, profile.name, mode, run)
+    save_log(log, path)
+    atomic_torch_save(model.state_dict(), weights_path(root, profile.name, mode, run))
+    print(f"Saved the {mode} log of run {run}/{profile.runs} ({len(log)} epochs) and its "
+          f"weights to {display_path(path, root)}")
+    return model, log
 
 
 def run_training_stage(
     mode: str, profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> TrainingLog | None:
-    """Train the objective selected by ``mode`` and save its log; any other mode trains nothing.
-
-    The model is built right after re-seeding with ``profile.seed``, so the full and the vanilla
-    stage start from identical weights and see the same mini-batch order.
-    """
+    """Train the objective selected by ``mode`` once per run of the profile, save each run's log
+    and weights, then evaluate all runs (the paper's test-time protocol) into one file. Any other
+    mode trains nothing. Returns the first run's log."""
     if check_mode(mode) not in TRAINING_MODES:
         print(f"CT_MODE={mode}: skipping the training stages (profile {profile.name}).")
         return None
     device = torch.device(device)
-    path = log_path(data_dir, profile.name, mode)
-    data, loader = profile_data(profile, device=device, data_dir=path.parents[1])
-    torch.manual_seed(profile.seed)
-    model = build_model(profile.model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
-    model, log = counterfactual_training(
-        _OBJECTIVES[mode](),
-        model,
-        NativeGenerator(maxiter=profile.maxiter),
-        loader,
-        optimizer,
-        device=device,
-        nepochs=profile.nepochs,
-        domain=data.domain,
-        burnin=profile.burnin,
-        nce=profile.nce,
-        cf_batchsize=profile.cf_batchsize,
-        accuracy_every=profile.accuracy_every,
-        val_loader=data.val_loader(),
+    root = Path(data_dir) if data_dir is not None else find_data_dir()
+    data, _ = profile_data(profile, device=device, data_dir=root)
+    trained = [_train_run(mode, profile, data, run, device, root)
+               for run in range(1, profile.runs + 1)]
+    models = [model for model, _ in trained]
+    result = evaluate(
+        models, data.x_val, data.y_val, data.x, data.y, config=profile.evaluation,
+        domain=(-1.0, 1.0), cf_batchsize=profile.cf_batchsize,
     )
-    log.meta.update(
-        profile=profile.name,
-        config=asdict(profile),
-        data_source=data.source,
-        device_name=describe_device(device),
-    )
-    save_log(log, path)
-    print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path, path.parents[1])}")
+    result["meta"] = {
+        "profile": profile.name, "mode": mode, "objective": profile.objective(mode).name,
+        "config": profile.config(), "seeds": profile.run_seeds(), "data_source": data.source,
+        "device_name": describe_device(device),
+    }
+    path = evaluation_path(root, profile.name, mode)
+    atomic_write_text(path, json.dumps(result, indent=1))
+    print(f"Saved the {mode} evaluation to {display_path(path, root)}")
+    log = trained[0][1]
     # Hand the accelerator's cached blocks back before the kernel moves on or exits.
-    del model, optimizer, data, loader
+    del trained, models, data
     free_cached_memory(device)
     return log
 
 
-def load_comparison_logs(
-    profile_name: str, *, data_dir: str | Path | None = None
-) -> tuple[TrainingLog, TrainingLog] | None:
-    """Both logs of ``profile_name``, or ``None`` after saying which command produces them."""
-    paths = [log_path(data_dir, profile_name, mode) for mode in TRAINING_MODES]
+def load_evaluation(path: str | Path) -> dict[str, Any]:
+    """Read an evaluation file; a damaged one is an error naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"evaluation not found: {path}")
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        if result.get("format") != EVALUATION_FORMAT:
+            raise ValueError("not a cfbook evaluation file")
+        for key in ("summary", "robustness", "gallery", "meta"):
+            if key not in result:
+                raise ValueError(f"missing {key!r}")
+    except (ValueError, AttributeError) as err:
+        raise ValueError(f"corrupt evaluation file {path}: {err}") from err
+    return result
+
+
+def _missing(paths: list[Path], profile_name: str, data_dir: str | Path | None) -> bool:
     missing = [p for p in paths if not p.is_file()]
     if missing:
         command = f"python -m cfbook.pipeline --profile {profile_name} --stages-only"
         if data_dir is not None:
             command += f" --data-dir {Path(data_dir)}"
         print(
-            "Missing training log(s): "
+            "Missing file(s): "
             + ", ".join(display_path(p, p.parents[1]) for p in missing)
             + f"\nRun both training stages first: {command}"
         )
+    return bool(missing)
+
+
+def load_comparison_logs(
+    profile_name: str, *, data_dir: str | Path | None = None
+) -> tuple[TrainingLog, TrainingLog] | None:
+    """Both first-run logs of ``profile_name``, or ``None`` after saying which command makes
+    them."""
+    paths = [log_path(data_dir, profile_name, mode) for mode in TRAINING_MODES]
+    if _missing(paths, profile_name, data_dir):
         return None
     log_full, log_vanilla = (load_log(p) for p in paths)
     return log_full, log_vanilla
+
+
+def load_evaluations(
+    profile_name: str, *, data_dir: str | Path | None = None
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Both stages' evaluations of ``profile_name`` (full first), or ``None`` after saying which
+    command makes them."""
+    paths = [evaluation_path(data_dir, profile_name, mode) for mode in TRAINING_MODES]
+    if _missing(paths, profile_name, data_dir):
+        return None
+    full, vanilla = (load_evaluation(p) for p in paths)
+    return full, vanilla

@@ -284,10 +284,18 @@ def test_profile_table_lists_every_setting():
         "burnin",
         "accuracy_every",
         "seed",
+        "runs",
+        "lambdas",
+        "generator",
+        "tau",
+        "evaluation",
     }
     tutorial = PROFILES["tutorial"]
     expected = round(tutorial.burnin * tutorial.nepochs)
     assert f"{tutorial.burnin:g} ({expected} epochs)" in rows["burnin"]
+    assert rows["lambdas"].split(" | ")[-1].rstrip(" |") == "1, 0.5, 0.01, 0.25"  # paper
+    assert rows["n"].split(" | ")[-1].rstrip(" |") == "all"
+    assert "100 factuals x 3 runs; attacks on 500 held-out" in rows["evaluation"]
     with pytest.raises(ValueError, match="profiles is empty"):
         profile_table([])
 

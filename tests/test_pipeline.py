@@ -32,9 +32,13 @@ from cfbook.profiles import MODEL_NAMES, get_profile
 from cfbook.site import CONFIG_FILE, PLOTLY_JS, read_book
 from cfbook.stages import (
     TRAINING_MODES,
+    evaluation_path,
     load_comparison_logs,
+    load_evaluation,
     log_path,
     run_training_stage,
+    stage_outputs,
+    weights_path,
 )
 
 SMOKE = get_profile("smoke")
@@ -171,18 +175,31 @@ def _log(config: dict) -> TrainingLog:
     return TrainingLog([record], {"profile": "smoke", "config": config})
 
 
-def test_reuse_needs_a_readable_log_of_the_same_configuration(
+def _evaluation(config: dict) -> str:
+    return json.dumps({"format": "cfbook-evaluation", "summary": {}, "robustness": {},
+                       "gallery": {}, "meta": {"config": config}})
+
+
+def test_reuse_needs_every_output_of_the_same_configuration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "full.json"
-    assert _reuse_reason(path, SMOKE) is None  # missing
-    save_log(_log(dataclasses.asdict(SMOKE)), path)
-    assert "reusing" in _reuse_reason(path, SMOKE)
-    save_log(_log({**dataclasses.asdict(SMOKE), "nepochs": 99}), path)
-    assert _reuse_reason(path, SMOKE) is None
+    outputs = stage_outputs(tmp_path, SMOKE, "full")
+    assert [p.name for p in outputs] == ["full.json", "full-run2.json", "full-evaluation.json"]
+    assert _reuse_reason(outputs, SMOKE) is None  # missing
+    for path in outputs[:2]:
+        save_log(_log(SMOKE.config()), path)
+    assert _reuse_reason(outputs, SMOKE) is None  # no evaluation yet
+    outputs[2].write_text(_evaluation(SMOKE.config()))
+    assert "reusing" in _reuse_reason(outputs, SMOKE)
+    other = {**SMOKE.config(), "nepochs": 99}
+    save_log(_log(other), outputs[1])
+    assert _reuse_reason(outputs, SMOKE) is None
     assert "another 'smoke' configuration" in capsys.readouterr().out
-    path.write_text("{not json")
-    assert _reuse_reason(path, SMOKE) is None
+    save_log(_log(SMOKE.config()), outputs[1])
+    outputs[2].write_text(_evaluation(other))
+    assert _reuse_reason(outputs, SMOKE) is None
+    outputs[0].write_text("{not json")
+    assert _reuse_reason(outputs, SMOKE) is None
     assert "corrupt" in capsys.readouterr().out
 
 
@@ -302,7 +319,7 @@ def test_smoke_logs_hold_the_expected_records(smoke_book: SmokeBook) -> None:
     for log in (full, vanilla):
         assert [r.epoch for r in log] == epochs
         assert log.meta["profile"] == "smoke"
-        assert log.meta["config"] == dataclasses.asdict(SMOKE)
+        assert log.meta["config"] == SMOKE.config()
         assert log.meta["burnin_epochs"] == burnin
         assert all(r.time_taken > 0 for r in log)
         measured = [r.epoch for r in log if r.acc is not None]
@@ -315,6 +332,37 @@ def test_smoke_logs_hold_the_expected_records(smoke_book: SmokeBook) -> None:
     assert [r.adv_loss is not None for r in full] == [e > burnin for e in epochs]
     assert all(r.implaus is None and r.reg_loss is None for r in vanilla)
     assert all(r.percent_valid == 1.0 and r.avg_iter == 0.0 for r in vanilla)
+
+
+@pytest.mark.slow
+def test_smoke_stages_keep_every_run_their_weights_and_an_evaluation(
+    smoke_book: SmokeBook,
+) -> None:
+    evaluations = {}
+    for mode in TRAINING_MODES:
+        seeds = []
+        for run in range(1, SMOKE.runs + 1):
+            log = load_log(log_path(smoke_book.data_dir, "smoke", mode, run))
+            assert log.meta["run"] == run and log.meta["config"] == SMOKE.config()
+            seeds.append(log.meta["seed"])
+            weights = torch.load(weights_path(smoke_book.data_dir, "smoke", mode, run),
+                                 weights_only=True)
+            model = build_model(SMOKE.model)
+            model.load_state_dict(weights)  # the trained model, ready to re-evaluate
+        assert seeds == SMOKE.run_seeds()
+        evaluations[mode] = load_evaluation(evaluation_path(smoke_book.data_dir, "smoke", mode))
+    full, vanilla = evaluations["full"], evaluations["vanilla"]
+    assert full["meta"]["objective"] == "FullObjective" and full["n_models"] == SMOKE.runs
+    assert vanilla["meta"]["objective"] == "VanillaObjective"
+    # The same held-out digits and targets for both models, in the gallery and in every run.
+    for key in ("index", "label", "target", "factual"):
+        assert full["gallery"][key] == vanilla["gallery"][key]
+    assert full["gallery"]["label"] == list(range(10))
+    assert full["summary"]["n_searched"] == vanilla["summary"]["n_searched"]
+    assert set(full["robustness"]["summary"]["fgsm"]) == {"0.03"}
+    # Small enough to commit: the gallery is hex-encoded 8-bit pixels.
+    path = evaluation_path(smoke_book.data_dir, "smoke", "full")
+    assert path.stat().st_size < 60_000
 
 
 @pytest.mark.slow

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
 
+from cfbook import FullObjective, NativeGenerator, VanillaObjective
+from cfbook.evaluation import EvaluationConfig
 from cfbook.profiles import (
     CT_MODES,
     MODEL_NAMES,
@@ -27,12 +30,41 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tutorial_profile_is_the_julia_tutorial_configuration() -> None:
     # ResNet-18 on 5,000 samples, 25 epochs, Adam(1e-3), batch 128, nce 1024, cf_batchsize 128,
-    # maxiter 30, burn-in 0.2, accuracy every div(25, 10) = 2 epochs, Random.seed!(42).
-    assert dataclasses.asdict(get_profile("tutorial")) == {
+    # maxiter 30, burn-in 0.2, accuracy every div(25, 10) = 2 epochs, Random.seed!(42), the
+    # default FullObjective and NativeGenerator(); evaluated with the paper's protocol.
+    tutorial = get_profile("tutorial")
+    assert {k: v for k, v in dataclasses.asdict(tutorial).items() if k != "evaluation"} == {
         "name": "tutorial", "model": "resnet18", "n": 5000, "nepochs": 25, "batch_size": 128,
         "lr": 1e-3, "nce": 1024, "cf_batchsize": 128, "maxiter": 30, "burnin": 0.2,
-        "accuracy_every": 2, "seed": 42,
+        "accuracy_every": 2, "seed": 42, "runs": 1, "lambdas": (1.0, 0.5, 0.1, 0.25),
+        "generator": "native", "tau": 0.75,
     }
+    assert tutorial.search() == NativeGenerator()
+    assert tutorial.objective("full") == FullObjective()
+    assert tutorial.objective("vanilla") == VanillaObjective()
+    assert tutorial.evaluation == EvaluationConfig()
+
+
+def test_paper_profile_is_the_papers_mnist_experiment() -> None:
+    paper = get_profile("paper")
+    assert (paper.model, paper.nepochs, paper.batch_size, paper.lr) == ("mlp", 100, 1000, 1e-3)
+    assert (paper.burnin, paper.nce, paper.maxiter, paper.tau) == (0.0, 5000, 30, 0.5)
+    assert paper.n is None  # every sample the data source has
+    assert paper.objective("full").lambdas == (1.0, 0.5, 0.01, 0.25)
+    assert paper.search().settings() | {"amp": None} == {
+        "maxiter": 30, "tau": 0.5, "lambda_cost": 0.001, "lambda_energy": 5.0, "step_size": 0.1,
+        "epsilon": 0.3, "amp": None,
+    }
+    assert paper.runs >= 3 and len(set(paper.run_seeds())) == paper.runs
+    assert paper.evaluation.lambda_energy == (0.1, 0.5, 1.0, 5.0, 10.0)
+    assert (paper.evaluation.maxiter, paper.evaluation.tau) == (50, 0.95)
+    assert 0.03 in paper.evaluation.epsilons
+
+
+def test_profile_config_is_plain_json() -> None:
+    config = get_profile("smoke").config()
+    assert json.loads(json.dumps(config)) == config
+    assert config["lambdas"] == [1.0, 0.5, 0.1, 0.25] and config["evaluation"]["runs"] == 2
 
 
 def test_cpu_profile_keeps_the_model_and_search_but_shrinks_the_run() -> None:
@@ -51,13 +83,13 @@ def test_smoke_profile_is_tiny_but_exercises_burn_in_and_skipped_accuracy() -> N
 
 
 def test_every_profile_is_registered_under_its_own_name() -> None:
-    assert set(PROFILES) == {"tutorial", "cpu", "smoke"}
+    assert set(PROFILES) == {"tutorial", "cpu", "smoke", "paper"}
     assert all(p.name == name and p.model in MODEL_NAMES for name, p in PROFILES.items())
 
 
 @pytest.mark.parametrize("bad", ["gpu", "", "Tutorial", None])
 def test_unknown_profile_lists_the_valid_ones(bad: object) -> None:
-    with pytest.raises(ValueError, match="tutorial, cpu, smoke"):
+    with pytest.raises(ValueError, match="tutorial, cpu, smoke, paper"):
         get_profile(bad)  # type: ignore[arg-type]
 
 
@@ -76,7 +108,9 @@ def test_unknown_mode_lists_the_valid_ones(bad: str) -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [("model", "vgg", "model must be one of"), ("nepochs", 0, "nepochs"),
-     ("nce", 2.5, "nce"), ("burnin", 1.0, "burnin"), ("lr", 0.0, "lr")],
+     ("nce", 2.5, "nce"), ("burnin", 1.0, "burnin"), ("lr", 0.0, "lr"), ("n", 0, "n must"),
+     ("runs", 0, "runs"), ("generator", "ecco", "generator must be one of native, paper"),
+     ("tau", 1.5, "tau"), ("lambdas", (1.0, -0.5, 0.1, 0.25), "lambda_div")],
 )
 def test_profile_rejects_bad_values(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -129,7 +163,7 @@ def test_bad_environment_values_are_errors_naming_the_valid_ones(
         resolve_parameters(None, None, "cpu")
     monkeypatch.setenv("CT_MODE", "plot")
     monkeypatch.setenv("CFBOOK_PROFILE", "huge")
-    with pytest.raises(ValueError, match="'huge'.*tutorial, cpu, smoke"):
+    with pytest.raises(ValueError, match="'huge'.*tutorial, cpu, smoke, paper"):
         resolve_parameters(None, None, "cpu")
 
 
