@@ -210,11 +210,15 @@ def gallery(
     }
 
 
+def decode_levels(images: list[str]) -> Tensor:
+    """Gallery images as (n, D) integer levels 0-255."""
+    return torch.tensor([list(bytes.fromhex(image)) for image in images], dtype=torch.int16)
+
+
 def decode_images(images: list[str], domain: Sequence[float]) -> Tensor:
     """Gallery images back to (n, D) floats in the domain."""
     low, high = domain
-    levels = torch.tensor([list(bytes.fromhex(image)) for image in images], dtype=torch.float32)
-    return levels / 255 * (high - low) + low
+    return decode_levels(images).float() / 255 * (high - low) + low
 
 
 def evaluate(
@@ -316,6 +320,7 @@ __all__ = [
     "EvaluationConfig",
     "attack_accuracy",
     "decode_images",
+    "decode_levels",
     "draw_factuals",
     "evaluate",
     "gallery",

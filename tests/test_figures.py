@@ -29,9 +29,11 @@ VANILLA_TIMES = [1.1, 0.9, 1.0, 2.0, 1.0, 2.0]
 FULL_ACC = [None, 0.6, None, 0.7, None, 0.8]
 VANILLA_ACC = [None, 0.65, None, 0.75, None, 0.9]
 FULL_IMPLAUS = [None, None, 2.0, 1.5, 1.2, 1.0]
+FULL_IMPLAUS_VALID = [None, None, 4.0, 3.0, None, 2.0]  # epoch 5: no valid counterfactual
 
 
-def make_log(objective: str, times, accs, implaus, *, burnin: int = BURNIN) -> TrainingLog:
+def make_log(objective: str, times, accs, implaus, *, burnin: int = BURNIN,
+             implaus_valid=None) -> TrainingLog:
     records = [
         EpochRecord(
             epoch=i + 1,
@@ -44,6 +46,7 @@ def make_log(objective: str, times, accs, implaus, *, burnin: int = BURNIN) -> T
             time_taken=t,
             percent_valid=1.0 if imp is None else 0.5,
             avg_iter=0.0 if imp is None else 10.0,
+            implaus_valid=None if implaus_valid is None else implaus_valid[i],
         )
         for i, (t, acc, imp) in enumerate(zip(times, accs, implaus, strict=True))
     ]
@@ -53,7 +56,8 @@ def make_log(objective: str, times, accs, implaus, *, burnin: int = BURNIN) -> T
 
 @pytest.fixture
 def logs() -> tuple[TrainingLog, TrainingLog]:
-    full = make_log("FullObjective", FULL_TIMES, FULL_ACC, FULL_IMPLAUS)
+    full = make_log("FullObjective", FULL_TIMES, FULL_ACC, FULL_IMPLAUS,
+                    implaus_valid=FULL_IMPLAUS_VALID)
     vanilla = make_log("VanillaObjective", VANILLA_TIMES, VANILLA_ACC, [None] * NEPOCHS)
     return full, vanilla
 
@@ -75,7 +79,7 @@ def test_figure_has_three_panels_with_expected_traces(logs):
     assert [list(t.y) for t in time_traces] == [FULL_TIMES, VANILLA_TIMES]
     assert [t.line.color for t in time_traces] == [COLOURS["full"], COLOURS["vanilla"]]
     assert len(acc_traces) == 2
-    assert len(impl_traces) == 1
+    assert [t.line.dash for t in impl_traces] == ["solid", "dot"]
     assert fig.layout.title.text == "run"
 
 
@@ -85,9 +89,10 @@ def test_epochs_without_a_value_are_skipped(logs):
     assert list(acc_full.x) == [2, 4, 6]
     assert list(acc_full.y) == [0.6, 0.7, 0.8]
     assert list(acc_vanilla.y) == [0.65, 0.75, 0.9]
-    (impl,) = traces_on(fig, "x3")
+    impl, impl_valid = traces_on(fig, "x3")
     assert list(impl.x) == [3, 4, 5, 6]
     assert list(impl.y) == [2.0, 1.5, 1.2, 1.0]
+    assert list(impl_valid.x) == [3, 4, 6] and list(impl_valid.y) == [4.0, 3.0, 2.0]
 
 
 def test_burnin_marked_on_every_panel(logs):
@@ -148,6 +153,8 @@ def test_summary_markdown_follows_the_numbers(logs):
     assert "3.50 s more" in text
     assert "-10.0 percentage points" in text and "lower with counterfactual training" in text
     assert "fell from 2.000 (epoch 3) to 1.000 (epoch 6) (-50%)" in text
+    assert "valid counterfactuals alone (the dotted line), the energy differential went from " \
+           "4.000 to 2.000" in text
     full, vanilla = logs
     for record in full:  # a run where the search was pure noise and implausibility rose
         record.time_taken = 1.0
