@@ -1,0 +1,146 @@
+"""Tables, text and figures comparing two evaluations: they must say what the numbers say."""
+
+from __future__ import annotations
+
+import pytest
+
+from cfbook.evaluation import mean_se
+from cfbook.evaluation_figures import gallery_figure, quality_figure, robustness_figure
+from cfbook.evaluation_report import (
+    compare_quality,
+    compare_robustness,
+    comparison_table,
+    evaluation_text,
+    paper_table,
+    paper_text,
+)
+
+BLANK = "00" * 784  # an all-background digit
+INK = "ff" * 784
+
+
+def fake(objective: str, ip: list[float], cost: list[float], acc: list[float],
+         fgsm: list[float], valid: list[bool]) -> dict:
+    """An evaluation with one run per entry of ``ip`` (one model per run)."""
+    runs = [
+        {"run": r, "per_lambda": {"1": {"n": 10, "n_valid": 10, "validity": 1.0, "cost": c,
+                                        "ip": i, "ip_star": 0.1, "n_ip_star": 10}},
+         "pooled": {"validity": 1.0, "cost": c, "ip": i, "ip_star": 0.1}}
+        for r, (i, c) in enumerate(zip(ip, cost, strict=True))
+    ]
+    per_model = [{"clean": a, "fgsm": {"0.03": f}, "pgd": {"0.03": f - 0.1}}
+                 for a, f in zip(acc, fgsm, strict=True)]
+    summary = {key: mean_se([run["pooled"][key] for run in runs])
+               for key in ("validity", "cost", "ip", "ip_star")}
+    summary["per_lambda"] = {"1": {key: summary[key] for key in ("validity", "cost", "ip",
+                                                                  "ip_star")}}
+    return {
+        "config": {"runs": len(ip)},
+        "runs": runs,
+        "summary": summary,
+        "robustness": {
+            "per_model": per_model,
+            "summary": {
+                "clean": mean_se(acc),
+                "fgsm": {"0.03": mean_se(fgsm)},
+                "pgd": {"0.03": mean_se([f - 0.1 for f in fgsm])},
+            },
+        },
+        "gallery": {"lambda_energy": 1.0, "index": [5, 9], "label": [0, 1], "target": [3, 7],
+                    "valid": valid, "domain": [-1.0, 1.0], "factual": [BLANK, BLANK],
+                    "counterfactual": [INK, BLANK]},
+        "meta": {"profile": "cpu", "objective": objective},
+    }
+
+
+@pytest.fixture
+def pair() -> tuple[dict, dict]:
+    full = fake("FullObjective", ip=[90.0, 95.0, 100.0], cost=[60.0, 66.0, 66.0],
+                acc=[0.90, 0.91, 0.89], fgsm=[0.80, 0.82, 0.84], valid=[True, False])
+    vanilla = fake("VanillaObjective", ip=[100.0, 100.0, 100.0], cost=[50.0, 50.0, 60.0],
+                   acc=[0.92, 0.93, 0.91], fgsm=[0.70, 0.72, 0.74], valid=[True, True])
+    return full, vanilla
+
+
+def test_changes_are_paired_per_run_in_the_papers_convention(pair):
+    rows = {row.key: row for row in compare_quality(*pair)}
+    # IP: (100 - 90) / 100, (100 - 95) / 100, 0: +10, +5, 0 %  (lower is better)
+    assert rows["ip"].change["mean"] == pytest.approx(5.0)
+    assert rows["ip"].change["se"] == pytest.approx(5.0 / 3**0.5)
+    assert rows["ip"].ct_better and not rows["ip"].clear  # 5 < 2 * 2.89
+    # cost: (50 - 60) / 50, (50 - 66) / 50, (60 - 66) / 60: -20, -32, -10 %
+    assert rows["cost"].change["mean"] == pytest.approx(-62 / 3)
+    assert rows["cost"].ct_better is False and rows["cost"].clear
+    assert rows["validity"].change["mean"] == 0.0
+    robust = {row.key: row for row in compare_robustness(*pair)}
+    # FGSM accuracy, higher is better: +14.3, +13.9, +13.5 %
+    assert robust["fgsm_0.03"].change["mean"] == pytest.approx(
+        100 * (0.10 / 0.70 + 0.10 / 0.72 + 0.10 / 0.74) / 3)
+    assert robust["clean"].ct_better is False
+
+
+def test_table_and_text_follow_the_numbers(pair):
+    quality, robustness = compare_quality(*pair), compare_robustness(*pair)
+    table = comparison_table(quality)
+    assert "| IP (lower is better) | 95 ± 2.9 | 100 ± 0 | +5.0 % ± 2.9 |" in table
+    text = evaluation_text(quality, robustness)
+    assert "**The claim held here:**" in text
+    assert "**IP:** CT is better by 5.0 %" in text and "within the run-to-run noise" in text
+    assert "**cost:** CT is worse by 20.7 %" in text and "clearly" in text
+    assert "**validity:** the same for both models" in text
+    assert "**FGSM accuracy, eps 0.03:** CT is better" in text
+
+
+def test_ip_getting_worse_is_reported_as_the_claim_failing(pair):
+    full, vanilla = pair
+    quality = compare_quality(vanilla, full)  # swapped: "CT" now has the higher IP
+    text = evaluation_text(quality, compare_robustness(vanilla, full))
+    assert "**The claim did not hold here:**" in text
+
+
+def test_paper_table_and_text_put_the_papers_row_beside_ours(pair):
+    quality, robustness = compare_quality(*pair), compare_robustness(*pair)
+    table = paper_table(quality, robustness)
+    assert "| IP reduction (CT vs baseline) | +6.36 % ± 1.7 | +5.0 % ± 2.9 |" in table
+    assert "| cost reduction | -35.00 % ± 7 | -20.7 % ± 6.4 |" in table
+    assert "0.84 / 0.78 | 0.820 ± 0.012 / 0.720 ± 0.012" in table
+    text = paper_text(quality, robustness)
+    assert "**IP:** the paper reports +6.36 % (± 1.7), we measure +5.0 %; the same direction" in text
+    assert "here CT is more robust" in text
+    worse = paper_text(compare_quality(pair[1], pair[0]), compare_robustness(pair[1], pair[0]))
+    assert "the opposite direction, a contradiction of the paper" in worse
+
+
+def test_evaluations_of_different_runs_are_refused(pair):
+    full, vanilla = pair
+    vanilla["meta"]["profile"] = "smoke"
+    with pytest.raises(ValueError, match="different profiles"):
+        compare_quality(full, vanilla)
+    vanilla["meta"]["profile"] = "cpu"
+    vanilla["config"] = {"runs": 5}
+    with pytest.raises(ValueError, match="different protocols"):
+        compare_quality(full, vanilla)
+
+
+def test_gallery_figure_rows_columns_and_validity_marks(pair):
+    fig = gallery_figure(*pair)
+    assert len(fig.data) == 2 * 5
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:5] == ["0 → 3", "baseline ✓", "CT ✓", "baseline change", "CT change"]
+    assert titles[6:8] == ["baseline ✓", "CT ✗ invalid"]
+    ct_cf, ct_change = fig.data[2], fig.data[4]
+    assert ct_cf.z[0][0] == 255 and ct_change.z[0][0] == 255  # all ink added
+    assert fig.layout.coloraxis.cmax == 255 and fig.layout.coloraxis2.cmin == -255
+    pair[1]["gallery"]["target"] = [4, 7]
+    with pytest.raises(ValueError, match="different digits or targets"):
+        gallery_figure(*pair)
+
+
+def test_quality_and_robustness_figures_plot_both_models(pair):
+    fig = quality_figure(*pair)
+    assert len(fig.data) == 2 * 4
+    assert [t.name for t in fig.data[::4]] == ["CT", "baseline"]
+    robust = robustness_figure(*pair)
+    fgsm_ct = robust.data[0]
+    assert list(fgsm_ct.x) == [0.0, 0.03]
+    assert list(fgsm_ct.y) == pytest.approx([0.90, 0.82])
