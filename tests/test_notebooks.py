@@ -16,7 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-CHAPTERS = ("index", "setup", "gpu", "memory", "mnist", "resnet", "training", "comparison")
+CHAPTERS = (
+    "index", "setup", "gpu", "memory", "mnist", "resnet", "training", "comparison", "evaluation",
+    "paper",
+)
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 # Deterministic cells whose stored output nbval compares: (chapter, code that must be in one).
 EXPECTED_CHECKS = {
