@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from cfbook.amp import autocast, check_amp
 from cfbook.checkpoint import load_checkpoint, save_checkpoint
@@ -20,6 +19,7 @@ from cfbook.generators import NativeGenerator, ReferenceGenerator, count_classes
 from cfbook.log import EpochRecord, TrainingLog
 from cfbook.metrics import accuracy, predict
 from cfbook.objectives import Objective
+from cfbook.progress import EpochProgress
 
 Generator = NativeGenerator | ReferenceGenerator
 
@@ -355,11 +355,8 @@ def counterfactual_training(
     if checkpoint_dir is not None:
         start = _resume(checkpoint_dir, objective, model, optimizer, rng, train_loader, log)
 
-    epochs = tqdm(
-        range(start, nepochs + 1), desc=objective.name, unit="epoch", total=nepochs,
-        initial=start - 1, disable=verbose == 0,
-    )
-    for epoch in epochs:
+    progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
+    for epoch in range(start, nepochs + 1):
         t0 = time.perf_counter()
         cf = None
         if search and epoch > burnin_epochs:
@@ -406,22 +403,22 @@ def counterfactual_training(
                 },
                 checkpoint_dir,
             )
-        _report(epochs, record, verbose)
+        _report(progress, record, verbose)
         if callback is not None:
             callback(record)
     return model, log
 
 
-def _report(bar: tqdm, record: EpochRecord, verbose: int) -> None:
+def _report(progress: EpochProgress, record: EpochRecord, verbose: int) -> None:
     figures = {"loss": f"{record.train_loss:.3f}"}
     if record.acc is not None:
         figures["acc"] = f"{record.acc:.3f}"
     if record.implaus is not None:
         figures["implaus"] = f"{record.implaus:.3f}"
-    bar.set_postfix(figures)
+    progress.update(record.epoch, figures)
     if verbose == 2:
         fields = ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in asdict(record).items()
         )
-        tqdm.write(fields)
+        print(fields, flush=True)
