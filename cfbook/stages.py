@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
 from cfbook.generators import NativeGenerator
@@ -28,6 +29,7 @@ __all__ = [
     "profile_data",
     "profile_dir",
     "run_training_stage",
+    "stage_checkpoint_dir",
 ]
 
 TRAINING_MODES = ("full", "vanilla")
@@ -50,6 +52,12 @@ def log_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
     if check_mode(mode) not in TRAINING_MODES:
         raise ValueError(f"only {' and '.join(TRAINING_MODES)} stages write logs, not {mode!r}")
     return profile_dir(data_dir, profile_name) / f"{mode}.json"
+
+
+def stage_checkpoint_dir(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
+    """Where training stage ``mode`` keeps its per-epoch checkpoint (git-ignored), so that running
+    the stage again after an interruption resumes instead of starting over."""
+    return profile_dir(data_dir, profile_name) / "checkpoints" / mode
 
 
 def profile_data(
@@ -92,6 +100,9 @@ def run_training_stage(
         cf_batchsize=profile.cf_batchsize,
         accuracy_every=profile.accuracy_every,
         val_loader=data.val_loader(),
+        checkpoint_dir=prepare_checkpoint_dir(
+            stage_checkpoint_dir(path.parents[1], profile.name, mode), asdict(profile)
+        ),
     )
     log.meta.update(
         profile=profile.name,
