@@ -126,7 +126,7 @@ def load_comparison_logs(
     missing = [p for p in paths if not p.is_file()]
     if missing:
         command = f"python -m cfbook.pipeline --profile {profile_name} --stages-only"
-        if data_dir is not None:
+        if data_dir is not None and Path(data_dir).resolve() != find_data_dir().resolve():
             command += f" --data-dir {Path(data_dir)}"
         print(
             "Missing training log(s): "
