@@ -169,11 +169,14 @@ def _execute(
     output.parent.mkdir(parents=True, exist_ok=True)
     running = output.with_name(f".{output.stem}.running.ipynb")
     start = time.perf_counter()
-    echo = {"stdout_file": _Indented(sys.stdout), "stderr_file": _Indented(sys.stderr)}
+    echo = (
+        {"stdout_file": _Indented(sys.stdout), "stderr_file": _Indented(sys.stderr)}
+        if stream else {}
+    )
     try:
         papermill.execute_notebook(
             str(source), str(running), parameters=parameters, kernel_name=kernel, cwd=str(cwd),
-            progress_bar=False, log_output=verbose, **(echo if stream else {}),
+            progress_bar=False, log_output=verbose and not stream, **echo,
             # Quiet the kernel's own log (e.g. its TCP notice); cell errors land in the notebook.
             extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
         )
