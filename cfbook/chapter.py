@@ -1,4 +1,10 @@
-"""What every chapter resolves first: the mode, the profile, the device and the data folder."""
+"""The one call every chapter makes after its ``parameters`` cell.
+
+Papermill overwrites the parameters cell's values when it runs a chapter; left at ``None`` they
+come from the environment. :func:`setup` turns them into the mode, profile, device and data
+folder that the rest of the chapter uses, and prints them on one line, so each executed page says
+how it was built.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,13 @@ from cfbook.data import find_data_dir
 from cfbook.device import describe_device, detect_device
 from cfbook.profiles import Profile, resolve_parameters
 
+__all__ = ["Chapter", "setup"]
+
 
 @dataclass(frozen=True)
 class Chapter:
+    """What a chapter runs with: checked parameters plus the device and data folder."""
+
     mode: str
     profile: Profile
     device: torch.device
@@ -21,11 +31,19 @@ class Chapter:
 
 
 def setup(
-    CT_MODE: str | None = None, profile: str | None = None, *, data_dir: str | Path | None = None
+    CT_MODE: str | None = None,  # the parameter keeps the name chapters and papermill use
+    profile: str | None = None,
+    *,
+    data_dir: str | Path | None = None,
 ) -> Chapter:
-    """Resolve a chapter's parameters (papermill's, else the environment's) and say so in a line."""
+    """Resolve a chapter's parameters as :func:`cfbook.profiles.resolve_parameters` does.
+
+    ``CT_MODE=None`` reads $CT_MODE (else ``plot``), ``profile=None`` reads $CFBOOK_PROFILE (else
+    the default for the device), the device comes from $CFBOOK_DEVICE or detection, and
+    ``data_dir=None`` is :func:`cfbook.data.find_data_dir`.
+    """
     device = detect_device(verbose=False)
     mode, config = resolve_parameters(CT_MODE, profile, device)
     folder = Path(data_dir) if data_dir is not None else find_data_dir()
     print(f"CT_MODE={mode}, profile={config.name}, device {device} ({describe_device(device)})")
-    return Chapter(mode, config, device, folder)
+    return Chapter(mode, config, device, folder.resolve())

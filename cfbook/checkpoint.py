@@ -3,15 +3,18 @@ run it belongs to."""
 
 from __future__ import annotations
 
+import json
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cfbook.atomic import atomic_torch_save
+from cfbook.atomic import atomic_torch_save, atomic_write_text
 
 CHECKPOINT_NAME = "checkpoint.pt"
+CONFIG_NAME = "config.json"  # the configuration of the run the checkpoint belongs to
 
 
 def checkpoint_path(checkpoint_dir: str | Path) -> Path:
@@ -75,3 +78,19 @@ def restore_rng_states(states: dict[str, Any], rng: torch.Generator, loader: obj
         torch.cuda.set_rng_state_all(states["cuda"])
     if "loader" in states and hasattr(loader, "load_state_dict"):
         loader.load_state_dict(states["loader"])
+
+
+def prepare_checkpoint_dir(checkpoint_dir: str | Path, config: dict[str, Any]) -> Path:
+    """The folder for a run with ``config``, cleared if its checkpoint came from another config.
+
+    ``counterfactual_training`` resumes from whatever checkpoint it finds; one left by a run with
+    other settings (more epochs, another model) must not be continued as if it were this run's.
+    """
+    folder = Path(checkpoint_dir)
+    stamp = folder / CONFIG_NAME
+    wanted = json.dumps(config, sort_keys=True)
+    if folder.exists() and not (stamp.is_file() and stamp.read_text(encoding="utf-8") == wanted):
+        shutil.rmtree(folder)
+    if not folder.exists():
+        atomic_write_text(stamp, wanted)
+    return folder

@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
-from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +27,6 @@ if TYPE_CHECKING:
 COLOURS = {"full": "#1f6fb4", "vanilla": "#e8710a"}
 BURNIN_COLOUR = "#444444"
 TEMPLATE = "plotly_white"
-#: Profiles whose stored runs the comparison chapter shows next to the active one (not smoke).
-SHOWCASE_PROFILES = ("tutorial", "cpu")
 
 
 def _check_log(log: TrainingLog, name: str) -> int:
@@ -542,14 +539,3 @@ def _setting(profile: Profile, name: str) -> str:
         return ", ".join(f"{v:g}" for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
-
-def other_stored_runs(active: str, data_dir: str | Path | None = None) -> list[str]:
-    """Showcase profiles other than ``active`` whose full and vanilla logs are both on disk."""
-    from cfbook.stages import TRAINING_MODES, log_path
-
-    return [
-        name
-        for name in SHOWCASE_PROFILES
-        if name != active
-        and all(log_path(data_dir, name, mode).is_file() for mode in TRAINING_MODES)
-    ]

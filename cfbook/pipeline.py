@@ -6,9 +6,12 @@
 
 Each training stage is the training chapter run by papermill with the parameter CT_MODE=full or
 CT_MODE=vanilla; papermill starts a new kernel per notebook, so the second training never shares a
-process (or an accelerator memory pool) with the first. Logs already present for the profile are
-reused, like Quarto's freeze, unless ``--force``. The chapters then run in plot mode, which they
-read from $CT_MODE and $CFBOOK_PROFILE, so the executed chapters stay free of injected cells.
+process (or an accelerator memory pool) with the first. A stage's progress lines stream to the
+terminal, and it saves a checkpoint every epoch, so running the same command again after an
+interruption resumes the stage. Logs already present for the profile are reused, like Quarto's
+freeze, unless ``--force``, which also discards the checkpoints. The chapters then run in plot
+mode, which they read from $CT_MODE and $CFBOOK_PROFILE, so the executed chapters stay free of
+injected cells. The site is built with Quarto when it is on PATH, else with nbconvert.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,16 +27,25 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import nbformat
 import papermill
 
 from cfbook.atomic import atomic_write_text
+from cfbook.book import CONFIG_FILE, read_book
 from cfbook.data import find_data_dir
 from cfbook.log import load_log
 from cfbook.profiles import PROFILES, Profile, resolve_parameters
-from cfbook.site import CONFIG_FILE, build_site, read_book
-from cfbook.stages import TRAINING_MODES, load_evaluation, profile_dir, stage_outputs
+from cfbook.progress import format_duration
+from cfbook.site import build_site
+from cfbook.stages import (
+    TRAINING_MODES,
+    load_evaluation,
+    profile_dir,
+    stage_checkpoint_dir,
+    stage_outputs,
+)
 
 __all__ = [
     "TRAINING_CHAPTER",
@@ -46,6 +59,7 @@ __all__ = [
 
 TRAINING_CHAPTER = "training.ipynb"
 KERNEL_NAME = "cfbook"
+INDENT = " " * 7  # stage output lines up under the "[k/n] stage" line
 
 
 class StageFailed(RuntimeError):
@@ -128,24 +142,46 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
+class _Indented:
+    """A writable stream that indents every line it passes on to ``stream``."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.line_start = True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            self.stream.write(INDENT + piece if self.line_start else piece)
+            self.line_start = piece.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def _execute(
     stage: str, source: Path, output: Path, parameters: dict | None, *, cwd: Path, kernel: str,
-    verbose: bool, keep_metadata: tuple[str, ...] = (),
+    verbose: bool, stream: bool = False, keep_metadata: tuple[str, ...] = (),
 ) -> float:
     """Run one notebook in a fresh kernel; return its wall time or raise :class:`StageFailed`.
 
     ``parameters`` are injected by papermill (a new cell after the ``parameters`` cell). papermill
     rewrites its output file as it goes, so it writes a temporary file beside ``output``, which
     replaces ``output`` only on success: a failed or interrupted run leaves the previous notebook
-    intact and keeps its own beside it as ``<name>.failed.ipynb``.
+    intact and keeps its own beside it as ``<name>.failed.ipynb``. With ``stream`` the text the
+    notebook prints is copied to the terminal as it comes (a training stage's progress lines).
     """
     output.parent.mkdir(parents=True, exist_ok=True)
     running = output.with_name(f".{output.stem}.running.ipynb")
     start = time.perf_counter()
+    echo = (
+        {"stdout_file": _Indented(sys.stdout), "stderr_file": _Indented(sys.stderr)}
+        if stream else {}
+    )
     try:
         papermill.execute_notebook(
             str(source), str(running), parameters=parameters, kernel_name=kernel, cwd=str(cwd),
-            progress_bar=False, log_output=verbose,
+            progress_bar=False, log_output=verbose and not stream, **echo,
             # Quiet the kernel's own log (e.g. its TCP notice); cell errors land in the notebook.
             extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
         )
@@ -195,9 +231,35 @@ def _reuse_reason(paths: list[Path], profile: Profile) -> str | None:
     return f"reusing {logs[0]} and its evaluation; pass --force to retrain"
 
 
-def _fmt(seconds: float) -> str:
-    minutes, secs = divmod(seconds, 60)
-    return f"{int(minutes)} min {secs:.0f} s" if minutes else f"{secs:.1f} s"
+def _train(
+    stage: str, mode: str, profile: Profile, source: Path, *, data_dir: Path, force: bool,
+    kernel: str, verbose: bool,
+) -> None:
+    """One training stage: reuse its log, or train in a fresh kernel, resuming a checkpoint."""
+    outputs = stage_outputs(data_dir, profile, mode)
+    reason = None if force else _reuse_reason(outputs, profile)
+    if reason is not None:
+        print(f"{INDENT}{reason}", flush=True)
+        return
+    checkpoints = [stage_checkpoint_dir(data_dir, profile.name, mode, run)
+                   for run in range(1, profile.runs + 1)]
+    if force:
+        for folder in checkpoints:
+            shutil.rmtree(folder, ignore_errors=True)
+    notebook = stage_notebook_path(data_dir, profile.name, mode)
+    seconds = _execute(
+        stage, source, notebook, {"CT_MODE": mode, "profile": profile.name}, cwd=source.parent,
+        kernel=kernel, verbose=verbose, stream=True,
+        keep_metadata=("parameters", "exception", "duration"),
+    )
+    missing = [p for p in outputs if not p.is_file()]
+    if missing:
+        raise StageFailed(stage, notebook, f"the notebook finished but wrote no {missing[0]}")
+    # The logs and the evaluation are the stage's result; checkpoints only served interruptions.
+    for folder in checkpoints:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"{INDENT}done in {format_duration(seconds)} -> {outputs[0].parent} "
+          f"(notebook {notebook})", flush=True)
 
 
 def run_pipeline(
@@ -205,7 +267,6 @@ def run_pipeline(
     *,
     project_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
-    book_dir: str | Path | None = None,
     build_dir: str | Path | None = None,
     site_dir: str | Path | None = None,
     force: bool = False,
@@ -216,32 +277,30 @@ def run_pipeline(
 ) -> Path | None:
     """Run the book's stages in order; return the site's index.html (None if no site was built).
 
-    ``book_dir`` holds the chapter sources (default: the folder _quarto.yml lists them in);
-    executed plot-mode chapters go to ``build_dir`` (default: ``book_dir``, i.e. in place).
-    ``use_quarto`` is passed to :func:`cfbook.site.build_site` (None: Quarto if on PATH).
+    The chapters are the notebooks ``_quarto.yml`` lists, relative to ``project_dir``; each runs
+    in its own folder. Executed plot-mode chapters go to the same relative paths under
+    ``build_dir`` (default: the project itself, i.e. in place). ``use_quarto`` is passed to
+    :func:`cfbook.site.build_site` (None: Quarto if on PATH).
     """
     t_total = time.perf_counter()
     project_dir = Path(project_dir) if project_dir is not None else find_project_dir()
     book = read_book(project_dir)
-    book_dir = Path(book_dir) if book_dir is not None else book.chapter_dir
-    build_dir = Path(build_dir) if build_dir is not None else book_dir
+    build_dir = Path(build_dir) if build_dir is not None else project_dir
     data_dir = Path(data_dir if data_dir is not None else find_data_dir()).resolve()
-    names = [c.name for c in book.chapters]
-    missing = [name for name in names if not (book_dir / name).is_file()]
+    missing = [str(c) for c in book.chapters if not (project_dir / c).is_file()]
     if missing:
         raise FileNotFoundError(
-            f"chapters listed in {project_dir / CONFIG_FILE} missing from {book_dir}: "
+            f"chapters listed in {project_dir / CONFIG_FILE} missing from {project_dir}: "
             + ", ".join(missing)
         )
-    if TRAINING_CHAPTER not in names:
-        raise ValueError(f"{project_dir / CONFIG_FILE} lists no {TRAINING_CHAPTER} chapter")
+    training = project_dir / book.chapter(TRAINING_CHAPTER)
     kernel = kernel_name()
     print(
         f"cfbook pipeline: profile {profile.name} ({profile.model}, n={profile.n}, "
         f"{profile.nepochs} epochs), data {data_dir}, kernel {kernel}",
         flush=True,
     )
-    n_steps = len(TRAINING_MODES) + (0 if stages_only else len(names) + int(site))
+    n_steps = len(TRAINING_MODES) + (0 if stages_only else len(book.chapters) + int(site))
     step = 0
     # Kernels inherit these. Plot-mode chapters get their mode and profile only from here: an
     # injected parameters cell would be committed with them and pin the profile for good.
@@ -250,46 +309,38 @@ def run_pipeline(
         for mode in TRAINING_MODES:
             step += 1
             stage = f"training, CT_MODE={mode}"
-            outputs = stage_outputs(data_dir, profile, mode)
             print(f"[{step}/{n_steps}] {stage}", flush=True)
-            reason = None if force else _reuse_reason(outputs, profile)
-            if reason is not None:
-                print(f"       {reason}", flush=True)
-                continue
-            notebook = stage_notebook_path(data_dir, profile.name, mode)
-            seconds = _execute(
-                stage, book_dir / TRAINING_CHAPTER, notebook,
-                {"CT_MODE": mode, "profile": profile.name}, cwd=book_dir, kernel=kernel,
-                verbose=verbose, keep_metadata=("parameters", "exception", "duration"),
-            )
-            missing = [p for p in outputs if not p.is_file()]
-            if missing:
-                raise StageFailed(stage, notebook,
-                                  f"the notebook finished but wrote no {missing[0]}")
-            print(f"       done in {_fmt(seconds)} -> {outputs[0].parent} (notebook {notebook})",
-                  flush=True)
-        if stages_only:
-            print(f"Training stages done in {_fmt(time.perf_counter() - t_total)}")
-            return None
-        for name in names:
-            step += 1
-            stage = f"chapter {name}, CT_MODE=plot"
-            print(f"[{step}/{n_steps}] {stage}", flush=True)
-            output = build_dir / name
-            seconds = _execute(
-                stage, book_dir / name, output, None, cwd=book_dir, kernel=kernel,
+            _train(
+                stage, mode, profile, training, data_dir=data_dir, force=force, kernel=kernel,
                 verbose=verbose,
             )
-            print(f"       done in {_fmt(seconds)} -> {output}", flush=True)
+        if stages_only:
+            print(f"Training stages done in {format_duration(time.perf_counter() - t_total)}")
+            return None
+        for chapter in book.chapters:
+            step += 1
+            stage = f"chapter {chapter.as_posix()}, CT_MODE=plot"
+            print(f"[{step}/{n_steps}] {stage}", flush=True)
+            output = build_dir / chapter
+            seconds = _execute(
+                stage, project_dir / chapter, output, None, cwd=(project_dir / chapter).parent,
+                kernel=kernel, verbose=verbose,
+            )
+            print(f"{INDENT}done in {format_duration(seconds)} -> {output}", flush=True)
     index = None
     if site:
         step += 1
         site_dir = Path(site_dir) if site_dir is not None else project_dir / "_site"
         print(f"[{step}/{n_steps}] website", flush=True)
         t_site = time.perf_counter()
-        index = build_site(project_dir, site_dir, chapter_dir=build_dir, use_quarto=use_quarto)
-        print(f"       done in {_fmt(time.perf_counter() - t_site)} -> {index}", flush=True)
-    print(f"Book built in {_fmt(time.perf_counter() - t_total)}")
+        built = build_site(project_dir, site_dir, source_dir=build_dir, use_quarto=use_quarto)
+        index = built.index
+        print(
+            f"{INDENT}built with {built.builder} in "
+            f"{format_duration(time.perf_counter() - t_site)} -> {index}",
+            flush=True,
+        )
+    print(f"Book built in {format_duration(time.perf_counter() - t_total)}")
     return index
 
 
@@ -312,10 +363,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-site", action="store_true", help="skip building the website")
     parser.add_argument("--project-dir", type=Path, help=f"folder holding {CONFIG_FILE}")
     parser.add_argument("--data-dir", type=Path, help="MNIST/raw and the logs (default: data/)")
-    parser.add_argument("--book-dir", type=Path, help="chapter sources (default: book/)")
     parser.add_argument(
         "--build-dir", type=Path,
-        help="where executed chapters go (default: the book dir itself, executed in place)",
+        help="where executed chapters go, at their _quarto.yml paths (default: the project "
+        "itself, executed in place)",
     )
     parser.add_argument("--site-dir", type=Path, help="website output (default: _site/)")
     parser.add_argument(
@@ -334,9 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _, profile = resolve_parameters("plot", args.profile)
         run_pipeline(
-            profile, project_dir=args.project_dir, data_dir=args.data_dir, book_dir=args.book_dir,
-            build_dir=args.build_dir, site_dir=args.site_dir, force=args.force,
-            stages_only=args.stages_only, site=not args.no_site,
+            profile, project_dir=args.project_dir, data_dir=args.data_dir, build_dir=args.build_dir,
+            site_dir=args.site_dir, force=args.force, stages_only=args.stages_only,
+            site=not args.no_site,
             use_quarto=_SITE_BUILDERS[args.site_builder], verbose=args.verbose,
         )
     except StageFailed as err:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from cfbook.atomic import atomic_torch_save, atomic_write_text
+from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
 from cfbook.evaluation import EVALUATION_FORMAT, evaluate
@@ -34,6 +35,7 @@ __all__ = [
     "run_training_stage",
     "stage_outputs",
     "weights_path",
+    "stage_checkpoint_dir",
 ]
 
 TRAINING_MODES = ("full", "vanilla")
@@ -76,6 +78,15 @@ def stage_outputs(data_dir: str | Path | None, profile: Profile, mode: str) -> l
     return [*logs, evaluation_path(data_dir, profile.name, mode)]
 
 
+def stage_checkpoint_dir(
+    data_dir: str | Path | None, profile_name: str, mode: str, run: int = 1
+) -> Path:
+    """Where run ``run`` of training stage ``mode`` keeps its per-epoch checkpoint (git-ignored),
+    so that running the stage again after an interruption resumes instead of starting over; a
+    finished run's checkpoint makes the rerun skip straight to the next run."""
+    return profile_dir(data_dir, profile_name) / "checkpoints" / f"{mode}{_run_suffix(run)}"
+
+
 def profile_data(
     profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> tuple[MNISTData, DeviceLoader]:
@@ -101,6 +112,9 @@ def _train_run(
         device=device, nepochs=profile.nepochs, domain=data.domain, burnin=profile.burnin,
         nce=profile.nce, cf_batchsize=profile.cf_batchsize,
         accuracy_every=profile.accuracy_every, val_loader=data.val_loader(),
+        checkpoint_dir=prepare_checkpoint_dir(
+            stage_checkpoint_dir(root, profile.name, mode, run), profile.config()
+        ),
     )
     log.meta.update(
         profile=profile.name, config=profile.config(), run=run, seed=seed,
@@ -169,7 +183,7 @@ def _missing(paths: list[Path], profile_name: str, data_dir: str | Path | None) 
     missing = [p for p in paths if not p.is_file()]
     if missing:
         command = f"python -m cfbook.pipeline --profile {profile_name} --stages-only"
-        if data_dir is not None:
+        if data_dir is not None and Path(data_dir).resolve() != find_data_dir().resolve():
             command += f" --data-dir {Path(data_dir)}"
         print(
             "Missing file(s): "

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from cfbook.amp import autocast, check_amp
 from cfbook.checkpoint import (
@@ -34,6 +33,7 @@ from cfbook.generators import count_classes
 from cfbook.log import EpochRecord, TrainingLog
 from cfbook.metrics import accuracy
 from cfbook.objectives import Objective
+from cfbook.progress import EpochProgress
 
 
 def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:
@@ -300,11 +300,8 @@ def counterfactual_training(
     if checkpoint_dir is not None:
         start = _resume(checkpoint_dir, run, model, optimizer, scaler, rng, train_loader, log)
 
-    epochs = tqdm(
-        range(start, nepochs + 1), desc=objective.name, unit="epoch", total=nepochs,
-        initial=start - 1, disable=verbose == 0,
-    )
-    for epoch in epochs:
+    progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
+    for epoch in range(start, nepochs + 1):
         t0 = time.perf_counter()
         cf = None
         if search and epoch > burnin_epochs:
@@ -340,7 +337,7 @@ def counterfactual_training(
                 },
                 checkpoint_dir,
             )
-        _report(epochs, record, verbose)
+        _report(progress, record, verbose)
         if callback is not None:
             callback(record)
     return model, log
@@ -374,16 +371,16 @@ def _record(
     return record
 
 
-def _report(bar: tqdm, record: EpochRecord, verbose: int) -> None:
+def _report(progress: EpochProgress, record: EpochRecord, verbose: int) -> None:
     figures = {"loss": f"{record.train_loss:.3f}"}
     if record.acc is not None:
         figures["acc"] = f"{record.acc:.3f}"
     if record.implaus is not None:
         figures["implaus"] = f"{record.implaus:.3f}"
-    bar.set_postfix(figures)
+    progress.update(record.epoch, figures)
     if verbose == 2:
         fields = ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in asdict(record).items()
         )
-        tqdm.write(fields)
+        print(fields, flush=True)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Set up, then run the linter and every test: unit tests, the notebooks (nbval), the pipeline and the site in Chromium.
+# Set up, then run the linter and every test: unit tests, the notebooks (nbval), the pipeline, and
+# the site rendered by Quarto and by nbconvert, in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Quarto from PATH, else installed once from ../shared/tools/quarto into .cache/ (offline).
+source scripts/quarto.sh
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "Installing Debian's chromium for the site test..."

@@ -1,19 +1,30 @@
-"""Shared fixtures: the smoke-profile book is built once per session and reused by several tests.
+"""Shared fixtures: the smoke-profile book (built once per session), Chromium and Quarto.
 
-Building it starts ten kernels (each imports torch), so test_pipeline and test_site share one
-build instead of paying for it twice.
+Building the smoke book starts ten kernels (each imports torch), so test_pipeline and the site
+tests share one build instead of paying for it twice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 REPO = Path(__file__).resolve().parents[1]
+# The offline Quarto installer that scripts/quarto.sh uses; CI has it beside the clone.
+QUARTO_INSTALLER = REPO.parent / "shared" / "tools" / "quarto"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
 
 
 @dataclass(frozen=True)
@@ -27,12 +38,10 @@ class SmokeBook:
     output: str
 
     def cli_args(self, *extra: str) -> list[str]:
-        """Arguments that point the pipeline at this build's folders."""
+        """Arguments that point the pipeline at this build's folders (site: Quarto if on PATH)."""
         return [
             "--profile", "smoke", "--project-dir", str(REPO), "--data-dir", str(self.data_dir),
-            "--build-dir", str(self.build_dir), "--site-dir", str(self.site_dir),
-            # The tests know the nbconvert layout; the Quarto hand-off has its own test.
-            "--site-builder", "nbconvert", *extra,
+            "--build-dir", str(self.build_dir), "--site-dir", str(self.site_dir), *extra,
         ]
 
 
@@ -55,3 +64,33 @@ def smoke_book(tmp_path_factory: pytest.TempPathFactory) -> SmokeBook:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = main(book.cli_args())
     return SmokeBook(book.data_dir, book.build_dir, book.site_dir, code, out.getvalue())
+
+
+def _required_on_ci(what: str, reason: str) -> None:
+    """Fail on CI, where the tool must be there; skip elsewhere, saying how to get it."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is missing on CI: {reason}")
+    pytest.skip(f"{what} not available: {reason}")
+
+
+@pytest.fixture(scope="session")
+def quarto() -> str:
+    """The ``quarto`` on PATH; ``bash scripts/test.sh`` puts one there (scripts/quarto.sh)."""
+    found = shutil.which("quarto")
+    if found is None:
+        how = "run `bash scripts/test.sh`, or `source scripts/quarto.sh` before pytest"
+        if QUARTO_INSTALLER.is_dir():
+            _required_on_ci("quarto", f"{QUARTO_INSTALLER} exists; {how}")
+        pytest.skip(f"quarto is not on PATH and {QUARTO_INSTALLER} is missing; {how}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium driven by playwright; never downloads a browser."""
+    if not CHROMIUM.exists():
+        _required_on_ci(str(CHROMIUM), "install Debian's chromium package")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -12,15 +12,13 @@ from cfbook.figures import (
     COLOURS,
     comparison_figure,
     comparison_summary,
-    other_stored_runs,
     profile_table,
     sample_digits_figure,
     show,
     summary_markdown,
 )
-from cfbook.log import EpochRecord, TrainingLog, save_log
+from cfbook.log import EpochRecord, TrainingLog
 from cfbook.profiles import PROFILES
-from cfbook.stages import log_path
 
 NEPOCHS = 6
 BURNIN = 2
@@ -305,16 +303,3 @@ def test_profile_table_lists_every_setting():
     assert "100 factuals x 3 runs; attacks on 500 held-out" in rows["evaluation"]
     with pytest.raises(ValueError, match="profiles is empty"):
         profile_table([])
-
-
-def test_other_stored_runs_needs_both_logs(tmp_path, logs):
-    full, vanilla = logs
-    assert other_stored_runs("cpu", tmp_path) == []
-    save_log(full, log_path(tmp_path, "tutorial", "full"))
-    assert other_stored_runs("cpu", tmp_path) == []
-    save_log(vanilla, log_path(tmp_path, "tutorial", "vanilla"))
-    for mode, log in (("full", full), ("vanilla", vanilla)):
-        save_log(log, log_path(tmp_path, "cpu", mode))
-        save_log(log, log_path(tmp_path, "smoke", mode))
-    assert other_stored_runs("cpu", tmp_path) == ["tutorial"]
-    assert other_stored_runs("smoke", tmp_path) == ["tutorial", "cpu"]

@@ -1,11 +1,12 @@
 """The chapter notebooks: structure the pipeline relies on, and nbval over the executed book.
 
-nbval runs in a subprocess on ``book/`` only, so a plain ``pytest tests/`` never collects the
+nbval runs in a subprocess on the chapters only, so a plain ``pytest tests/`` never collects the
 notebooks twice (``testpaths`` in pyproject.toml keeps the default run on ``tests/``).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -14,13 +15,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from cfbook.book import read_book
+
 ROOT = Path(__file__).resolve().parents[1]
-BOOK = ROOT / "book"
-CHAPTERS = (
-    "index", "setup", "gpu", "memory", "mnist", "resnet", "training", "comparison", "evaluation",
-    "paper",
-)
+# Every chapter _quarto.yml lists, by name: a chapter added there is checked without edits here.
+CHAPTERS = {c.stem: c for c in read_book(ROOT).chapters}
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+PARAMETERS = ("CT_MODE", "profile", "data_dir")
 # Deterministic cells whose stored output nbval compares: (chapter, code that must be in one).
 EXPECTED_CHECKS = {
     "setup": ("torch.equal(a, b)", "profile_table(PROFILES.values())"),
@@ -37,19 +38,26 @@ EXPECTED_CHECKS = {
 
 
 def read(chapter: str) -> nbformat.NotebookNode:
-    return nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
+    return nbformat.read(ROOT / CHAPTERS[chapter], as_version=4)
 
 
 def code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [cell for cell in nb.cells if cell.cell_type == "code"]
 
 
-def test_book_holds_exactly_the_chapters():
-    assert sorted(p.stem for p in BOOK.glob("*.ipynb")) == sorted(CHAPTERS)
+def _assigned(cell: nbformat.NotebookNode) -> dict[str, object]:
+    """The names a parameters cell assigns and their values; anything else in it is an error."""
+    values = {}
+    for statement in ast.parse(cell.source).body:
+        assert isinstance(statement, ast.Assign) and len(statement.targets) == 1, (
+            f"a parameters cell holds only assignments, not {ast.unparse(statement)!r}"
+        )
+        values[statement.targets[0].id] = ast.literal_eval(statement.value)
+    return values
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_structure(chapter):
+def test_chapter_starts_with_a_title_one_parameters_cell_and_setup(chapter):
     nb = read(chapter)
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == "python3"
@@ -59,23 +67,24 @@ def test_chapter_structure(chapter):
     )
     cells = code_cells(nb)
     tags = [cell.metadata.get("tags", []) for cell in cells]
-    params = [i for i, t in enumerate(tags) if "parameters" in t]
-    assert len(params) == 1, f"{chapter}: needs exactly one cell tagged 'parameters'"
-    assert "resolve_parameters(CT_MODE, profile, device)" in cells[params[0] + 1].source
+    assert "parameters" in tags[0], f"{chapter}: the first code cell must be tagged 'parameters'"
+    assert sum("parameters" in t for t in tags) == 1, f"{chapter}: one 'parameters' cell only"
     assert not any("injected-parameters" in t for t in tags), (
         f"{chapter}: a papermill injected-parameters cell is committed; it would override the "
         "environment (CFBOOK_PROFILE) when CI runs the book"
     )
-
-
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_parameters_cell_defaults_to_none(chapter):
-    (cell,) = [c for c in code_cells(read(chapter)) if "parameters" in c.metadata.get("tags", [])]
-    namespace: dict = {}
-    exec(cell.source, namespace)  # the cell is three assignments
-    assert {k: namespace[k] for k in ("CT_MODE", "profile", "data_dir")} == dict.fromkeys(
-        ("CT_MODE", "profile", "data_dir")
-    )
+    params = _assigned(cells[0])
+    assert {"CT_MODE", "profile"} <= set(params) <= set(PARAMETERS), f"{chapter}: {params}"
+    assert all(value is None for value in params.values()), f"{chapter}: {params}"
+    # Then the one setup call, passing exactly the parameters the chapter has.
+    call = ", ".join(["CT_MODE", "profile"] + (["data_dir=data_dir"] if "data_dir" in params
+                                                  else []))
+    assert cells[1].source == f"from cfbook.chapter import setup\n\nchapter = setup({call})"
+    later = "\n".join(cell.source for cell in cells[2:])
+    for machinery in ("resolve_parameters(", "= detect_device()"):
+        assert machinery not in later, f"{chapter}: repeats the setup machinery ({machinery})"
+    if "data_dir" in params:  # a parameter only where the chapter reads or writes logs
+        assert "chapter.data_dir" in later, f"{chapter}: takes data_dir but never uses it"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -114,7 +123,7 @@ def test_nbval_runs_the_book():
             "-p",
             "no:cacheprovider",
             "-q",
-            "book/",
+            *(str(chapter) for chapter in CHAPTERS.values()),
         ],
         cwd=ROOT,
         env=env,

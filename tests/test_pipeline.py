@@ -17,6 +17,7 @@ import torch
 import yaml
 from conftest import REPO, SmokeBook
 
+from cfbook.book import CONFIG_FILE, HOME_PAGE, read_book
 from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
 from cfbook.models import build_model
 from cfbook.pipeline import (
@@ -28,7 +29,8 @@ from cfbook.pipeline import (
     stage_notebook_path,
 )
 from cfbook.profiles import MODEL_NAMES, get_profile
-from cfbook.site import CONFIG_FILE, PLOTLY_JS, read_book
+from cfbook.site import PLOTLY_JS
+from cfbook.site_quarto import find_quarto, quarto_version
 from cfbook.stages import (
     TRAINING_MODES,
     evaluation_path,
@@ -36,6 +38,7 @@ from cfbook.stages import (
     load_evaluation,
     log_path,
     run_training_stage,
+    stage_checkpoint_dir,
     stage_outputs,
     weights_path,
 )
@@ -53,56 +56,43 @@ def _run(args: list[str]) -> tuple[int, str]:
 # --- the chapter list: _quarto.yml, book/ and the pipeline agree ---------------------------------
 
 
-def test_quarto_yml_is_a_book_that_renders_executed_notebooks() -> None:
+def test_quarto_yml_is_a_book_that_renders_executed_notebooks_offline() -> None:
     config = yaml.safe_load((REPO / CONFIG_FILE).read_text(encoding="utf-8"))
-    assert config["project"]["type"] == "book"
-    assert config["project"]["output-dir"] == "_site"
-    assert PLOTLY_JS in config["project"]["resources"]
+    project = config["project"]
+    assert project["type"] == "book"
+    assert project["output-dir"] == "_site"
+    # plotly.min.js comes from the pre-render script (git-ignored), served from the site root.
+    assert (REPO / project["pre-render"]).is_file() and (REPO / project["post-render"]).is_file()
+    assert f"/{PLOTLY_JS}" in project["resources"]
     assert config["execute"]["enabled"] is False
     html = config["format"]["html"]
     assert html["html-math-method"] == "mathml"  # no MathJax from a CDN
     assert any(PLOTLY_JS in item["text"] for item in html["include-in-header"])
-    assert config["book"]["chapters"][0] == "book/index.ipynb"
+    themes = [REPO / t for t in html["theme"] if t.endswith(".scss")]
+    assert any("$web-font-path: false" in t.read_text() for t in themes)  # no Google Fonts
+    assert config["book"]["chapters"][0] == HOME_PAGE.as_posix()
 
 
 def test_quarto_chapters_and_book_files_agree() -> None:
-    book = read_book(REPO)
-    names = [c.name for c in book.chapters]
-    assert book.chapter_dir == REPO / "book"
-    assert sorted(names) == sorted(p.name for p in (REPO / "book").glob("*.ipynb"))
-    assert names[0] == "index.ipynb" and TRAINING_CHAPTER in names
-    assert len(set(names)) == len(names)
+    chapters = read_book(REPO).chapters
+    notebooks = {p.relative_to(REPO) for p in (REPO / "book").glob("*.ipynb")}
+    assert set(chapters) == {HOME_PAGE} | notebooks  # every notebook of book/ is a chapter
+    assert TRAINING_CHAPTER in [c.name for c in chapters]
 
 
-@pytest.mark.parametrize("chapter", read_book(REPO).chapters, ids=lambda c: c.name)
-def test_every_chapter_has_the_papermill_parameters(chapter: Path) -> None:
+@pytest.mark.parametrize("chapter", read_book(REPO).chapters, ids=lambda c: c.as_posix())
+def test_every_chapter_takes_the_pipelines_parameters(chapter: Path) -> None:
     params = papermill.inspect_notebook(str(REPO / chapter))
-    assert {name: p["default"] for name, p in params.items()} == {
-        "CT_MODE": "None", "profile": "None", "data_dir": "None",
-    }
-
-
-def test_read_book_rejects_a_bad_chapter_list(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=CONFIG_FILE):
-        read_book(tmp_path)
-    (tmp_path / CONFIG_FILE).write_text("book:\n  chapters: [book/intro.ipynb]\n")
-    with pytest.raises(ValueError, match="index.ipynb"):
-        read_book(tmp_path)
-    (tmp_path / CONFIG_FILE).write_text("book:\n  chapters: [book/index.ipynb, other/a.ipynb]\n")
-    with pytest.raises(ValueError, match="one folder"):
-        read_book(tmp_path)
-    (tmp_path / CONFIG_FILE).write_text(
-        "book:\n  chapters:\n    - book/index.ipynb\n"
-        "    - part: Two\n      chapters: [book/b.ipynb]\n"
-    )
-    assert [c.name for c in read_book(tmp_path).chapters] == ["index.ipynb", "b.ipynb"]
+    assert {"CT_MODE", "profile"} <= set(params) <= {"CT_MODE", "profile", "data_dir"}
+    assert all(p["default"] == "None" for p in params.values())
 
 
 # --- dependencies: environment.yml and pyproject.toml name the same packages ----------------------
 
-_CONDA_TO_PIP = {"pytorch": "torch"}
-# The interpreter, the installer, and Quarto (a CLI that PyPI cannot provide offline).
-_CONDA_ONLY = {"python", "pip", "quarto"}
+# conda's quarto is the CLI itself; PyPI's quarto-cli (the `quarto` extra) downloads it.
+_CONDA_TO_PIP = {"pytorch": "torch", "quarto": "quarto-cli"}
+# The interpreter and the installer.
+_CONDA_ONLY = {"python", "pip"}
 
 
 def _name(spec: str) -> str:
@@ -290,24 +280,84 @@ def test_a_stage_that_writes_no_log_fails(tmp_path: Path) -> None:
     assert "wrote no log" in out and str(tmp_path / "smoke" / "full.json") in out
 
 
+# Prints, as a stage, whether its checkpoint folder survived until the kernel started, then stops.
+_CHECKPOINT_PROBE = """
+import os, pathlib
+folder = pathlib.Path(os.environ["CFBOOK_DATA_DIR"], "smoke", "checkpoints", CT_MODE)
+print("checkpoint kept:", (folder / "checkpoint.pt").is_file())
+raise RuntimeError("stop here")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("force", [False, True])
+def test_a_stage_resumes_its_checkpoint_unless_forced(tmp_path: Path, force: bool) -> None:
+    _stub_book(tmp_path, _CHECKPOINT_PROBE)
+    data_dir = tmp_path / "data"
+    checkpoint = stage_checkpoint_dir(data_dir, "smoke", "full") / "checkpoint.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"an interrupted run's state")
+    args = ["--profile", "smoke", "--project-dir", str(tmp_path), "--data-dir", str(data_dir)]
+    code, out = _run(args + (["--force"] if force else []))
+    assert code == 1 and "stop here" in out
+    # The stage's printed output reached the terminal, indented under its "[1/n]" line.
+    assert f"\n       checkpoint kept: {not force}\n" in out
+    assert checkpoint.is_file() == (not force)
+
+
 # --- the smoke build, end to end (built once per session in conftest) ---------------------------
+
+
+_DURATION = r"(?:[\d.]+ s|\d+ min \d\d s)"
 
 
 @pytest.mark.slow
 def test_smoke_pipeline_runs_every_stage_in_order(smoke_book: SmokeBook) -> None:
     assert smoke_book.exit_code == 0, smoke_book.output
-    names = [c.name for c in read_book(REPO).chapters]
+    chapters = [c.as_posix() for c in read_book(REPO).chapters]
     stages = re.findall(r"^\[\d+/\d+\] (.+)$", smoke_book.output, flags=re.MULTILINE)
     assert stages == [
         "training, CT_MODE=full", "training, CT_MODE=vanilla",
-        *[f"chapter {name}, CT_MODE=plot" for name in names], "website",
+        *[f"chapter {chapter}, CT_MODE=plot" for chapter in chapters], "website",
     ]
-    assert len(re.findall(r"done in [\d.]+ s", smoke_book.output)) == len(stages)
-    assert sorted(p.name for p in smoke_book.build_dir.glob("*.ipynb")) == sorted(names)
-    for name in names:  # plot mode came from the environment: nothing injected, no run metadata
-        nb = nbformat.read(smoke_book.build_dir / name, as_version=4)
+    assert len(re.findall(rf"^ {{7}}done in {_DURATION}", smoke_book.output, re.M)) == len(
+        stages) - 1
+    built = sorted(p.relative_to(smoke_book.build_dir).as_posix()
+                   for p in smoke_book.build_dir.rglob("*.ipynb"))
+    assert built == sorted(chapters)  # executed chapters keep their place in the project
+    for chapter in chapters:  # plot mode came from the environment: nothing injected, no metadata
+        nb = nbformat.read(smoke_book.build_dir / chapter, as_version=4)
         assert "papermill" not in nb.metadata
         assert not [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+
+
+@pytest.mark.slow
+def test_smoke_stages_stream_their_progress_and_drop_their_checkpoints(
+    smoke_book: SmokeBook,
+) -> None:
+    for objective in ("FullObjective", "VanillaObjective"):
+        lines = re.findall(rf"^ {{7}}{objective}: (.+)$", smoke_book.output, re.M)
+        assert len(lines) == SMOKE.nepochs, smoke_book.output
+        for k, line in enumerate(lines, start=1):
+            status = rf"done in {_DURATION}" if k == SMOKE.nepochs else rf"{_DURATION} left"
+            assert re.match(rf"epoch {k}/{SMOKE.nepochs}, [\d.]+ s/epoch, {status} \(", line)
+    for mode in TRAINING_MODES:  # a finished stage leaves its log, not its checkpoint
+        assert not stage_checkpoint_dir(smoke_book.data_dir, "smoke", mode).exists()
+
+
+@pytest.mark.slow
+def test_smoke_site_is_built_with_quarto_when_it_is_on_path(smoke_book: SmokeBook) -> None:
+    quarto = find_quarto()
+    builder = "nbconvert" if quarto is None else f"Quarto {quarto_version(quarto)}"
+    assert re.search(rf"^ {{7}}built with {builder} in {_DURATION} -> ", smoke_book.output, re.M)
+    site = smoke_book.site_dir
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+    assert pages == sorted(c.with_suffix(".html").as_posix() for c in read_book(REPO).chapters)
+    assert [p.relative_to(site).as_posix() for p in site.rglob(PLOTLY_JS)] == [PLOTLY_JS]
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert PLOTLY_JS in text.split("</head>")[0]
+        assert not re.search(r"<(script|link)[^>]+(src|href)=\"(https?:)?//", text), page
 
 
 @pytest.mark.slow
@@ -372,12 +422,16 @@ def test_smoke_stage_notebooks_are_kept_beside_the_logs(smoke_book: SmokeBook) -
         assert nb.metadata.papermill.exception is None
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
         assert not [o for o in outputs if o.output_type == "error"]
-        assert any(f"Saved the {mode} log" in o.get("text", "") for o in outputs)
+        assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in
+                    o.get("data", {})]  # no progress widget frozen at its first state
+        text = "".join(o.get("text", "") for o in outputs)
+        assert f"Objective: epoch {SMOKE.nepochs}/{SMOKE.nepochs}, " in text
+        assert f"Saved the {mode} log" in text
 
 
 @pytest.mark.slow
 def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> None:
-    nb = nbformat.read(smoke_book.build_dir / "comparison.ipynb", as_version=4)
+    nb = nbformat.read(smoke_book.build_dir / "book" / "comparison.ipynb", as_version=4)
     figures = [
         o.data["application/vnd.plotly.v1+json"]
         for c in nb.cells if c.cell_type == "code"
@@ -393,19 +447,6 @@ def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> Non
 
 
 @pytest.mark.slow
-def test_smoke_site_has_a_page_per_chapter_and_one_plotly(smoke_book: SmokeBook) -> None:
-    site = smoke_book.site_dir
-    pages = sorted(p.name for p in site.glob("*.html"))
-    assert pages == sorted(f"{c.stem}.html" for c in read_book(REPO).chapters)
-    assert [p.name for p in site.rglob(PLOTLY_JS)] == [PLOTLY_JS]
-    for page in site.glob("*.html"):
-        text = page.read_text(encoding="utf-8")
-        head = text.split("</head>")[0]
-        assert f'<script src="{PLOTLY_JS}"></script>' in head
-        assert not re.search(r"<script[^>]+src=\"(https?:)?//", text)  # nothing from a CDN
-
-
-@pytest.mark.slow
 def test_existing_logs_are_reused_without_force(smoke_book: SmokeBook) -> None:
     paths = [log_path(smoke_book.data_dir, "smoke", m) for m in TRAINING_MODES]
     before = [p.stat().st_mtime_ns for p in paths]
@@ -413,7 +454,6 @@ def test_existing_logs_are_reused_without_force(smoke_book: SmokeBook) -> None:
     assert code == 0, out
     assert out.count("pass --force to retrain") == 2
     assert [p.stat().st_mtime_ns for p in paths] == before
-
 
 
 def test_profile_data_is_the_stages_subset_and_loader() -> None:

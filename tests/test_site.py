@@ -1,52 +1,48 @@
-"""The website: nbconvert pages, the Quarto hand-off, and the built book in a real browser."""
+"""The chapter list, the nbconvert fallback site, and that site in a real browser."""
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
-import stat
-import threading
+import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 from conftest import REPO, SmokeBook
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
+from playwright.sync_api import Browser
+from sitecheck import dead_links, drawn_figures, notebook_figures, open_page, page_links, serve
 
-from cfbook.site import CONFIG_FILE, PLOTLY_JS, build_site, chapter_title, read_book
+from cfbook.book import CONFIG_FILE, HOME_PAGE, read_book
+from cfbook.site import PLOTLY_JS, build_site
+from cfbook.site_nbconvert import chapter_title
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
-
-_CONFIG = """
-book:
-  title: "Tiny book"
-  chapters:
-    - book/index.ipynb
-    - book/first.ipynb
-    - book/second.ipynb
-"""
+_CONFIG = {
+    "book": {
+        "title": "Tiny book",
+        "chapters": ["index.ipynb", "book/first.ipynb", "book/second.ipynb"],
+    }
+}
 
 
 def _tiny_project(root: Path) -> Path:
-    """A three-chapter project with math, a code cell and a stored output."""
+    """A three-chapter project in the book's layout, with math, a cross-link and an output."""
     (root / "book").mkdir(parents=True)
-    (root / CONFIG_FILE).write_text(_CONFIG)
-    for stem, title in [("index", "Welcome"), ("first", "First steps"), ("second", "Second")]:
+    (root / CONFIG_FILE).write_text(yaml.safe_dump(_CONFIG))
+    pages = [("index", "Welcome", ""), ("book/first", "First steps", "[on](second.ipynb#more)"),
+             ("book/second", "Second", "## More")]
+    for stem, title, extra in pages:
         nb = nbformat.v4.new_notebook()
         nb.cells = [
-            nbformat.v4.new_markdown_cell(f"# {title}\n\nInline $E = -f_y(x')$ and\n\n$$a^2$$"),
+            nbformat.v4.new_markdown_cell(
+                f"# {title}\n\nInline $E = -f_y(x')$ and\n\n$$a^2$$\n\n{extra}"
+            ),
             nbformat.v4.new_code_cell(
                 "print(1)", outputs=[nbformat.v4.new_output("stream", text="1\n")]
             ),
         ]
-        nbformat.write(nb, root / "book" / f"{stem}.ipynb")
+        nbformat.write(nb, root / f"{stem}.ipynb")
     return root
 
 
@@ -77,6 +73,47 @@ def _links(page: str) -> list[tuple[dict[str, str | None], str]]:
     return [(attrs, text.strip()) for attrs, text in parser.links if attrs.get("href")]
 
 
+# --- the chapter list ----------------------------------------------------------------------------
+
+
+def test_the_home_page_is_at_the_project_root_and_chapters_in_book() -> None:
+    book = read_book(REPO)
+    assert book.chapters[0] == HOME_PAGE == Path("index.ipynb")
+    assert all(c.parent == Path("book") for c in book.chapters[1:])
+    assert book.chapter("training.ipynb") == Path("book/training.ipynb")
+    with pytest.raises(ValueError, match="lists no nothing.ipynb"):
+        book.chapter("nothing.ipynb")
+
+
+@pytest.mark.parametrize(
+    ("chapters", "message"),
+    [
+        ([], "lists no chapters"),
+        (["book/index.ipynb", "book/a.ipynb"], "home page index.ipynb at the project root"),
+        (["index.qmd"], "home page index.ipynb"),
+        (["index.ipynb", "../outside.ipynb"], "inside the project"),
+        (["index.ipynb", "book/a.qmd"], "must be notebooks"),
+        (["index.ipynb", "book/a.ipynb", "book/a.ipynb"], "listed twice"),
+    ],
+)
+def test_read_book_rejects_a_bad_chapter_list(
+    tmp_path: Path, chapters: list[str], message: str
+) -> None:
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"book": {"chapters": chapters}}))
+    with pytest.raises(ValueError, match=message):
+        read_book(tmp_path)
+
+
+def test_read_book_needs_the_config_and_flattens_parts(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=CONFIG_FILE):
+        read_book(tmp_path)
+    chapters = ["index.ipynb", {"part": "Two", "chapters": ["book/b.ipynb", "more/c.ipynb"]}]
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"book": {"chapters": chapters}}))
+    assert [c.as_posix() for c in read_book(tmp_path).chapters] == [
+        "index.ipynb", "book/b.ipynb", "more/c.ipynb",
+    ]
+
+
 def test_chapter_title_is_the_first_level_one_heading() -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("Intro\n\n## Sub\n\n# Real title\n")]
@@ -86,33 +123,39 @@ def test_chapter_title_is_the_first_level_one_heading() -> None:
     assert chapter_title(nbformat.v4.new_notebook(), "fallback") == "fallback"
 
 
-def test_nbconvert_site_has_navigation_math_and_no_cdn(
+# --- the nbconvert fallback ----------------------------------------------------------------------
+
+
+def test_nbconvert_site_has_quartos_layout_navigation_math_and_no_cdn(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     project = _tiny_project(tmp_path / "project")
-    index = build_site(project, tmp_path / "site", use_quarto=False)
-    site = tmp_path / "site"
-    assert index == site / "index.html"
-    assert sorted(p.name for p in site.iterdir()) == [
-        "first.html", "index.html", PLOTLY_JS, "second.html",
+    site = build_site(project, tmp_path / "site", use_quarto=False)
+    root = tmp_path / "site"
+    assert site.index == root / "index.html" and site.builder == "nbconvert"
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [
+        "book/first.html", "book/second.html", "index.html", PLOTLY_JS,
     ]
     assert "nbconvert" in capsys.readouterr().out
-    first = (site / "first.html").read_text(encoding="utf-8")
+    first = (root / "book" / "first.html").read_text(encoding="utf-8")
     assert "<title>First steps</title>" in first
     links = _links(first)
-    # Sidebar in _quarto.yml order with the current page marked, then prev/next neighbours.
-    assert links[1:4] == [
-        ({"href": "index.html"}, "Welcome"),
+    # Sidebar in _quarto.yml order with the current page marked, relative to book/first.html.
+    assert links[:4] == [
+        ({"href": "../index.html"}, "Tiny book"),
+        ({"href": "../index.html"}, "Welcome"),
         ({"href": "first.html", "aria-current": "page"}, "First steps"),
         ({"href": "second.html"}, "Second"),
     ]
+    assert ({"href": "second.html#more"}, "on") in links  # a notebook link becomes a page link
     assert links[-2:] == [
-        ({"href": "index.html", "rel": "prev"}, "\u2190 Welcome"),
+        ({"href": "../index.html", "rel": "prev"}, "\u2190 Welcome"),
         ({"href": "second.html", "rel": "next"}, "Second \u2192"),
     ]
     assert "<math" in first and "$$" not in first  # MathML, not TeX waiting for MathJax
     head = first.split("</head>")[0]
-    assert f'<script src="{PLOTLY_JS}"></script>' in head
+    assert f'<script src="../{PLOTLY_JS}"></script>' in head
+    assert f'<script src="{PLOTLY_JS}"></script>' in (root / "index.html").read_text()
     for cdn in ("require.js", "mathjax", "cdnjs", "unpkg", "jsdelivr"):
         assert cdn not in first.lower()
 
@@ -125,125 +168,88 @@ def test_quarto_is_required_when_asked_for(
         build_site(_tiny_project(tmp_path / "p"), tmp_path / "site", use_quarto=True)
 
 
-def test_quarto_renders_a_staged_copy_of_the_executed_chapters(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A stand-in `quarto` that records what it was asked to render and what the project held.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    record = tmp_path / "quarto-call.txt"
-    fake = bin_dir / "quarto"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" > {record}\n'
-        f'ls "$2" "$2/book" >> {record}\n'
-        'mkdir -p "$4" && touch "$4/index.html"\n'
-    )
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+def test_missing_executed_chapters_are_named(tmp_path: Path) -> None:
     project = _tiny_project(tmp_path / "project")
-    executed = tmp_path / "executed"
-    executed.mkdir()
-    for chapter in read_book(project).chapters:
-        (executed / chapter.name).write_bytes((project / chapter).read_bytes())
-    index = build_site(project, tmp_path / "site", chapter_dir=executed)
-    assert index == (tmp_path / "site" / "index.html").resolve() and index.is_file()
-    call = record.read_text().split()
-    assert call[0] == "render" and call[2:4] == ["--output-dir", str(index.parent)]
-    assert call[1] != str(project)  # chapters from elsewhere: a staged copy was rendered
-    assert {CONFIG_FILE, PLOTLY_JS, "book", "index.ipynb", "first.ipynb"} <= set(call[4:])
+    with pytest.raises(FileNotFoundError, match="book/first.ipynb, book/second.ipynb"):
+        build_site(project, tmp_path / "site", source_dir=tmp_path, use_quarto=False)
 
 
-# --- the smoke build in headless Chromium --------------------------------------------------------
+# --- the smoke build's chapters as an nbconvert site, in headless Chromium ----------------------
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Debian's Chromium driven by playwright; never downloads a browser."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing on CI (install Debian's chromium package)")
-        pytest.skip(f"{CHROMIUM} not installed")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        """Keep the test output clean."""
-
-
-@pytest.fixture(scope="module")
-def site_url(smoke_book: SmokeBook) -> Iterator[str]:
-    """Serve the smoke build's site on a loopback port for the duration of the module."""
+def nbconvert_site(smoke_book: SmokeBook, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke build's executed chapters rendered by the fallback builder."""
     assert smoke_book.exit_code == 0, smoke_book.output
-    handler = functools.partial(_QuietHandler, directory=str(smoke_book.site_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    site_dir = tmp_path_factory.mktemp("nbconvert-site")
+    build_site(REPO, site_dir, source_dir=smoke_book.build_dir, use_quarto=False)
+    return site_dir
 
 
-def _open(browser: Browser, site_url: str, page_name: str) -> tuple[Page, list[str]]:
-    """Load one page of the site and collect everything that went wrong while doing so."""
-    page = browser.new_page()
-    problems: list[str] = []
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            problems.append(f"console error: {message.text}")
-
-    def on_request(request: Request) -> None:
-        if not request.url.startswith(site_url + "/"):
-            problems.append(f"non-local request: {request.url}")
-
-    def on_response(response: Response) -> None:
-        if response.status >= 400:
-            problems.append(f"HTTP {response.status}: {response.url}")
-
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
-    page.on("console", on_console)
-    page.on("request", on_request)
-    page.on("response", on_response)
-    page.goto(f"{site_url}/{page_name}", wait_until="load")
-    return page, problems
+@pytest.fixture(scope="module", params=["http", "file"])
+def nbconvert_base(request: pytest.FixtureRequest, nbconvert_site: Path) -> Iterator[str]:
+    """The site's base URL, served over http or opened from disk: both must work."""
+    if request.param == "file":
+        yield nbconvert_site.as_uri()
+    else:
+        with serve(nbconvert_site) as base:
+            yield base
 
 
 @pytest.mark.slow
-def test_every_chapter_page_loads_cleanly(browser: Browser, site_url: str) -> None:
-    for chapter in read_book(REPO).chapters:
-        page, problems = _open(browser, site_url, f"{chapter.stem}.html")
-        page.wait_for_timeout(300)  # let late scripts report their errors
-        assert problems == [], f"{chapter.stem}.html: {problems}"
-        assert page.locator("nav.cfbook-sidebar li a").count() == len(read_book(REPO).chapters)
-        page.close()
+def test_every_nbconvert_page_loads_draws_and_links_cleanly(
+    browser: Browser, nbconvert_site: Path, nbconvert_base: str, smoke_book: SmokeBook
+) -> None:
+    book = read_book(REPO)
+    links = {}
+    for chapter in book.chapters:
+        page = chapter.with_suffix(".html").as_posix()
+        visit = open_page(browser, nbconvert_base, page)
+        figures = drawn_figures(visit.page)
+        assert figures == notebook_figures(smoke_book.build_dir / chapter), page
+        assert visit.page.locator("nav.cfbook-sidebar li a").count() == len(book.chapters)
+        links[page] = page_links(visit.page)
+        visit.page.wait_for_timeout(200)  # let late scripts report their errors
+        assert visit.problems == [], f"{page}: {visit.problems}"
+        visit.page.close()
+    assert dead_links(links, nbconvert_base, nbconvert_site, {}) == []
 
 
 @pytest.mark.slow
-def test_comparison_page_shows_the_three_panel_figure(browser: Browser, site_url: str) -> None:
-    page, problems = _open(browser, site_url, "comparison.html")
-    page.wait_for_selector(".plotly-graph-div .main-svg")
-    panels = page.evaluate(
+def test_nbconvert_comparison_page_shows_the_three_panel_figure(
+    browser: Browser, nbconvert_base: str
+) -> None:
+    visit = open_page(browser, nbconvert_base, "book/comparison.html")
+    assert drawn_figures(visit.page) == 1
+    panels = visit.page.evaluate(
         "() => document.querySelector('.plotly-graph-div')._fullLayout._subplots.cartesian"
     )
     assert len(panels) == 3
-    figure = page.locator(".plotly-graph-div").first
-    assert figure.locator("g.cartesianlayer > g.subplot").count() == 3
-    assert problems == []
+    assert visit.page.locator("g.cartesianlayer > g.subplot").count() == 3
+    assert visit.problems == []
+    visit.page.close()
+
+
+@pytest.mark.slow
+def test_nbconvert_next_links_walk_the_chapters_in_order(
+    browser: Browser, nbconvert_base: str
+) -> None:
+    visit = open_page(browser, nbconvert_base, "index.html")
+    page = visit.page
+    visited = [page.url[len(nbconvert_base) + 1:]]
+    while page.locator("a[rel=next]").count():
+        page.locator("a[rel=next]").first.click()
+        page.wait_for_load_state("load")
+        visited.append(page.url[len(nbconvert_base) + 1:])
+    assert visited == [c.with_suffix(".html").as_posix() for c in read_book(REPO).chapters]
     page.close()
 
 
 @pytest.mark.slow
-def test_next_links_walk_the_chapters_in_order(browser: Browser, site_url: str) -> None:
-    page, _ = _open(browser, site_url, "index.html")
-    visited = [page.url.rsplit("/", 1)[-1]]
-    while page.locator("a[rel=next]").count():
-        page.locator("a[rel=next]").first.click()
-        page.wait_for_load_state("load")
-        visited.append(page.url.rsplit("/", 1)[-1])
-    assert visited == [f"{c.stem}.html" for c in read_book(REPO).chapters]
-    page.close()
+def test_smoke_chapters_are_nbconvert_pages_with_one_plotly(nbconvert_site: Path) -> None:
+    pages = sorted(p.relative_to(nbconvert_site).as_posix() for p in nbconvert_site.rglob("*.html"))
+    assert pages == sorted(c.with_suffix(".html").as_posix() for c in read_book(REPO).chapters)
+    assert [p.name for p in nbconvert_site.rglob(PLOTLY_JS)] == [PLOTLY_JS]
+    for page in nbconvert_site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"<script[^>]+src=\"(https?:)?//", text)  # nothing from a CDN

@@ -1,0 +1,65 @@
+"""Quarto post-render step: no page of the site may load anything from another machine.
+
+Quarto 1.7 takes every notebook output with text/html for a JavaScript widget that may need
+require.js and jQuery, and adds both from cdnjs to that page, plus an inline shim that calls
+require.js's `define`. The book's figures need none of it: they draw with the global `Plotly` of
+the site's own plotly.min.js (which require.js would even hide, since plotly.js registers as an
+AMD module when `define` exists). This script removes those three tags from the rendered pages,
+then fails the render if a page or stylesheet still loads a script, style, image or font from
+the network, naming the file and the address.
+
+Quarto runs it in the project folder with $QUARTO_PROJECT_OUTPUT_DIR set. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+WIDGET_DEPENDENCIES = re.compile(
+    r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/(?:require\.js|jquery)/[^"]*"'
+    r"[^>]*></script>\n?"
+    r"|<script type=\"application/javascript\">define\('jquery', \[\],"
+    r"function\(\) \{return window\.jQuery;\}\)</script>\n?"
+)
+_REMOTE = r"(?:https?:)?//[^\"')\s]+"
+REMOTE_ASSETS = {
+    ".html": re.compile(
+        rf"<(?:script|link|img|iframe|source)\b[^>]*?\s(?:src|href)=\"({_REMOTE})\""
+    ),
+    ".css": re.compile(rf"(?:url\(|@import\s)\s*[\"']?({_REMOTE})"),
+}
+
+
+def offline(site_dir: Path) -> list[str]:
+    """Strip Quarto's widget scripts from the site's pages; return the remote assets left."""
+    remote: list[str] = []
+    for path in sorted(site_dir.rglob("*")):
+        pattern = REMOTE_ASSETS.get(path.suffix)
+        if pattern is None or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".html":
+            stripped = WIDGET_DEPENDENCIES.sub("", text)
+            if stripped != text:
+                path.write_text(stripped, encoding="utf-8")
+                text = stripped
+        name = path.relative_to(site_dir)
+        remote += [f"{name}: {url}" for url in pattern.findall(text)]
+    return remote
+
+
+def main() -> None:
+    site_dir = Path(os.environ.get("QUARTO_PROJECT_OUTPUT_DIR") or "_site")
+    remote = offline(site_dir)
+    if remote:
+        sys.exit(
+            f"{__file__}: the site must work offline, but these files load from the network:\n  "
+            + "\n  ".join(remote)
+        )
+
+
+if __name__ == "__main__":
+    main()

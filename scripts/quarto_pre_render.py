@@ -1,0 +1,46 @@
+"""Quarto pre-render step: put plotly.min.js at the project root for the site to serve.
+
+The chapters store their figures without plotly.js, and every page loads the site's one copy
+(``project.resources`` in _quarto.yml copies it into the site). The file comes from the installed
+plotly package and is git-ignored, so a fresh clone gets it here, on every ``quarto render``.
+
+Quarto runs this with $QUARTO_PYTHON, else the python3 on PATH, in the project folder. When that
+Python has no plotly (a system python3, say), the project's .venv from scripts/setup.sh is asked.
+Standard library only: the Python that runs this need not have cfbook installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+PLOTLY_JS = "plotly.min.js"
+VENV_PYTHON = Path(".venv") / "bin" / "python"
+
+
+def _in_venv() -> bool:
+    return Path(sys.prefix).resolve() == VENV_PYTHON.parents[1].resolve()
+
+
+def main() -> None:
+    try:
+        import plotly
+    except ImportError:
+        if VENV_PYTHON.is_file() and not _in_venv():
+            os.execv(VENV_PYTHON, [str(VENV_PYTHON), os.path.abspath(__file__)])  # the project's
+        sys.exit(
+            f"{__file__}: {sys.executable} cannot import plotly, which provides {PLOTLY_JS}. "
+            "Run `bash scripts/setup.sh`, or set QUARTO_PYTHON to the Python you installed "
+            "cfbook into."
+        )
+    source = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+    target = Path(PLOTLY_JS)
+    if not target.is_file() or target.stat().st_size != source.stat().st_size:
+        shutil.copyfile(source, target)
+        print(f"Copied {source} to {target.resolve()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""The real Quarto CLI on the real book: a fresh clone renders, and the site works offline.
+
+The site is rendered the way a Quarto user does it: ``quarto render`` in a copy of the repository
+that has only run the setup (its .venv), with a PATH that does not have the venv's Python on it.
+The pages are then checked in headless Chromium over http (everything, search included) and from
+disk (what Quarto 1.7 supports there: its own scripts are ES modules, which browsers refuse to
+load from file://).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import REPO
+from playwright.sync_api import Browser
+from sitecheck import (
+    dead_links,
+    drawn_figures,
+    notebook_figures,
+    open_page,
+    page_ids,
+    page_links,
+    serve,
+)
+
+from cfbook.book import read_book
+from cfbook.site import PLOTLY_JS
+
+PRE_RENDER = REPO / "scripts" / "quarto_pre_render.py"
+POST_RENDER = REPO / "scripts" / "quarto_post_render.py"
+
+
+def _plotly_js() -> bytes:
+    import plotly
+
+    return (Path(plotly.__file__).parent / "package_data" / PLOTLY_JS).read_bytes()
+
+
+# --- the project's pre- and post-render scripts, run as Quarto runs them ------------------------
+
+
+def test_pre_render_falls_back_to_the_projects_venv(tmp_path: Path) -> None:
+    """A python3 without plotly (here: the base interpreter, without site-packages) hands over to
+    the project's .venv, as for a user whose shell has not activated it."""
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    if sys.prefix == sys.base_prefix or not base.is_file():
+        pytest.skip("not running inside a virtual environment")
+    (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    result = subprocess.run(
+        [str(base), "-S", str(PRE_RENDER)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / PLOTLY_JS).read_bytes() == _plotly_js()
+
+
+def test_pre_render_without_plotly_says_what_to_do(tmp_path: Path) -> None:
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    result = subprocess.run(
+        [str(base), "-S", str(PRE_RENDER)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "cannot import plotly" in result.stderr and "scripts/setup.sh" in result.stderr
+    assert not (tmp_path / PLOTLY_JS).exists()
+
+
+_QUARTO_WIDGET_HEAD = """<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/\
+require.min.js" integrity="sha512-x" crossorigin="anonymous"></script>
+<script src="https://cdnjs.cloudflare.com/ajax/libs/jquery/3.5.1/jquery.min.js" integrity=\
+"sha512-y" crossorigin="anonymous" data-relocate-top="true"></script>
+<script type="application/javascript">define('jquery', [],function() {return window.jQuery;})\
+</script>
+"""
+
+
+def _post_render(site: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "QUARTO_PROJECT_OUTPUT_DIR": str(site)}
+    return subprocess.run(
+        [sys.executable, str(POST_RENDER)], env=env, capture_output=True, text=True
+    )
+
+
+def test_post_render_removes_quartos_widget_scripts(tmp_path: Path) -> None:
+    page = tmp_path / "book" / "mnist.html"
+    page.parent.mkdir()
+    local = '<script src="../site_libs/quarto-nav/quarto-nav.js"></script>\n'
+    page.write_text(f"<head>{local}{_QUARTO_WIDGET_HEAD}</head><a href=\"https://plotly.com/\">")
+    result = _post_render(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert page.read_text() == f'<head>{local}</head><a href="https://plotly.com/">'
+
+
+def test_post_render_fails_on_any_other_remote_asset(tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text('<img alt="x" src="https://example.org/a.png">')
+    (tmp_path / "site_libs").mkdir()
+    (tmp_path / "site_libs" / "theme.css").write_text(
+        '@import url("https://fonts.googleapis.com/css2?family=X");\nbody { color: red }'
+    )
+    result = _post_render(tmp_path)
+    assert result.returncode != 0
+    assert "index.html: https://example.org/a.png" in result.stderr
+    assert "site_libs/theme.css: https://fonts.googleapis.com/css2?family=X" in result.stderr
+
+
+# --- quarto render in a fresh clone --------------------------------------------------------------
+
+
+def _project_files() -> list[str]:
+    """What a clone holds: tracked files plus new ones not ignored (work in progress)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO, capture_output=True, check=True,
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("the repository is not a git checkout")
+    return [f for f in listed.split("\0") if f and (REPO / f).is_file()]
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=folder, capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(quarto: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repository after `bash scripts/setup.sh`, where `quarto render` has run."""
+    clone = tmp_path_factory.mktemp("clone")
+    for name in _project_files():
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, clone / name)
+    _git(clone, "init", "-q")
+    _git(clone, "add", "-A")
+    _git(clone, "-c", "user.name=cfbook", "-c", "user.email=cfbook@localhost", "commit", "-qm", ".")
+    (clone / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    # .gitignore's `.venv/` matches the folder setup.sh makes, not this link standing in for it.
+    (clone / ".git" / "info" / "exclude").write_text("/.venv\n")
+    # The user's shell: Quarto on PATH, the venv not activated, no QUARTO_PYTHON.
+    venv_bin = str(Path(sys.executable).parent)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin]
+    env = {k: v for k, v in os.environ.items() if k not in ("QUARTO_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join([str(Path(quarto).parent), *path])
+    result = subprocess.run(
+        ["quarto", "render"], cwd=clone, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return clone
+
+
+@pytest.mark.slow
+def test_quarto_render_works_in_a_fresh_clone(fresh_clone: Path) -> None:
+    site = fresh_clone / "_site"
+    for chapter in read_book(fresh_clone).chapters:
+        assert (site / chapter.with_suffix(".html")).is_file(), chapter
+    assert (site / PLOTLY_JS).read_bytes() == _plotly_js()
+    assert [p.relative_to(site).as_posix() for p in site.rglob(PLOTLY_JS)] == [PLOTLY_JS]
+    # Everything the render wrote is git-ignored, and Quarto did not touch .gitignore.
+    assert _git(fresh_clone, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+@pytest.fixture(scope="module")
+def quarto_site(fresh_clone: Path) -> Iterator[str]:
+    """The fresh clone's site served over http."""
+    with serve(fresh_clone / "_site") as base:
+        yield base
+
+
+def _pages(clone: Path) -> list[tuple[str, Path]]:
+    return [(c.with_suffix(".html").as_posix(), clone / c) for c in read_book(clone).chapters]
+
+
+@pytest.mark.slow
+def test_quarto_pages_over_http_load_draw_and_link_cleanly(
+    browser: Browser, fresh_clone: Path, quarto_site: str
+) -> None:
+    links, ids = {}, {}
+    figures = 0
+    for page, notebook in _pages(fresh_clone):
+        visit = open_page(browser, quarto_site, page)
+        drawn = drawn_figures(visit.page)
+        assert drawn == notebook_figures(notebook), page
+        figures += drawn
+        links[page], ids[page] = page_links(visit.page), page_ids(visit.page)
+        visit.page.wait_for_timeout(300)  # let late scripts report their errors
+        assert visit.problems == [], f"{page}: {visit.problems}"
+        visit.page.close()
+    assert figures >= 2  # the digits and the comparison: the check saw real figures
+    assert dead_links(links, quarto_site, fresh_clone / "_site", ids) == []
+
+
+def _unique_word(clone: Path) -> tuple[str, str]:
+    """A long word of one chapter's prose that no other chapter uses, and that chapter's page."""
+    words = {}
+    for page, notebook in _pages(clone):
+        nb = nbformat.read(notebook, as_version=4)
+        text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown").lower()
+        words[page] = set(re.findall(r"\b[a-z]{10,}\b", text))
+    for page, own in words.items():
+        others = set().union(*(w for p, w in words.items() if p != page))
+        if own - others:
+            return sorted(own - others)[0], page
+    raise AssertionError("no chapter has a word of its own")
+
+
+@pytest.mark.slow
+def test_quarto_search_finds_a_word_from_a_chapter(
+    browser: Browser, fresh_clone: Path, quarto_site: str
+) -> None:
+    word, page = _unique_word(fresh_clone)
+    visit = open_page(browser, quarto_site, "index.html")
+    visit.page.fill(".aa-Input", word)
+    hit = visit.page.locator(f'.aa-Panel a[href*="{page.rsplit("/", 1)[-1]}"]').first
+    hit.wait_for(timeout=15_000)
+    assert word in hit.inner_text().lower()
+    assert visit.problems == []
+    visit.page.close()
+
+
+def _blocked_module(problem: str) -> bool:
+    """Quarto 1.7 loads quarto.js and tabsets.js as ES modules, which file:// pages may not."""
+    return "site_libs/quarto-html/" in problem or problem.endswith("net::ERR_FAILED")
+
+
+@pytest.mark.slow
+def test_quarto_pages_from_disk_draw_their_figures_offline(
+    browser: Browser, fresh_clone: Path
+) -> None:
+    base = (fresh_clone / "_site").as_uri()
+    for page, notebook in _pages(fresh_clone):
+        visit = open_page(browser, base, page, expected=_blocked_module)
+        assert drawn_figures(visit.page) == notebook_figures(notebook), page
+        visit.page.wait_for_timeout(300)
+        assert visit.problems == [], f"{page}: {visit.problems}"
+        visit.page.close()
