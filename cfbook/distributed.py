@@ -36,6 +36,7 @@ __all__ = [
     "global_accuracy",
     "init_distributed",
     "is_main",
+    "loader_shard",
     "max_over_ranks",
     "no_sync",
     "rank",
@@ -205,6 +206,18 @@ def shard_rows(n: int) -> slice:
     r = rank()
     start = r * base + min(r, extra)
     return slice(start, start + base + (r < extra))
+
+
+def loader_shard(batch_size: int) -> dict[str, int]:
+    """``DeviceLoader`` arguments that split a global batch of ``batch_size`` samples evenly
+    over the processes: each takes ``batch_size / world_size`` of every batch."""
+    world = world_size()
+    if batch_size % world:
+        raise ValueError(
+            f"a batch of {batch_size} samples does not split evenly over {world} processes; "
+            "use a process count that divides it"
+        )
+    return {"batch_size": batch_size // world, "rank": rank(), "world_size": world}
 
 
 def check_sharded(loader: object) -> None:

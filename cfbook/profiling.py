@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-__all__ = ["REGIONS", "EpochProfiler"]
+__all__ = ["REGIONS", "EpochProfiler", "profile_markdown"]
 
 # The parts of an epoch the loop marks, in the order they happen.
 REGIONS = ("search", "forward", "backward", "optimizer")
@@ -110,3 +110,21 @@ class _SyncedRange:
     def __exit__(self, *exc: object) -> None:
         _synchronize(self._device)
         self._range.__exit__(*exc)
+
+
+def profile_markdown(report: dict[str, Any], top: int = 5) -> str:
+    """The breakdown of a profiled epoch as markdown: its parts, then the busiest operators."""
+    wall = report["wall_s"]
+    lines = [
+        f"Epoch {report['epoch']}: {wall:.2f} s under the profiler",
+        "",
+        "| part | seconds | share |",
+        "| --- | --- | --- |",
+    ]
+    for name, seconds in report["regions_s"].items():
+        lines.append(f"| {name} | {seconds:.2f} | {seconds / wall:.0%} |")
+    lines += ["", "| operator (self time) | calls | seconds |", "| --- | --- | --- |"]
+    for op in report["top_ops"][:top]:
+        seconds = op.get("self_device_s", op["self_cpu_s"])
+        lines.append(f"| `{op['name']}` | {op['calls']} | {seconds:.2f} |")
+    return "\n".join(lines)

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from cfbook import distributed
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
 from cfbook.generators import NativeGenerator
@@ -56,22 +58,31 @@ def profile_data(
     profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> tuple[MNISTData, DeviceLoader]:
     """The profile's MNIST subset and its shuffling loader: what both stages train on, and what the
-    MNIST chapter shows."""
+    MNIST chapter shows. Under DDP the profile's batch is the global one, split over processes."""
     data = load_mnist(profile.n, device=device, seed=profile.seed, root=data_dir)
-    return data, data.loader(batch_size=profile.batch_size, shuffle=True, seed=profile.seed)
+    shard = distributed.loader_shard(profile.batch_size)
+    return data, data.loader(shuffle=True, seed=profile.seed, **shard)
 
 
 def run_training_stage(
-    mode: str, profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
+    mode: str,
+    profile: Profile,
+    *,
+    device: str | torch.device,
+    data_dir: str | Path | None = None,
+    **training: Any,
 ) -> TrainingLog | None:
     """Train the objective selected by ``mode`` and save its log; any other mode trains nothing.
 
     The model is built right after re-seeding with ``profile.seed``, so the full and the vanilla
-    stage start from identical weights and see the same mini-batch order.
+    stage start from identical weights and see the same mini-batch order. ``training`` goes on to
+    ``counterfactual_training`` (e.g. ``accumulate``, ``profile_epoch``). Torch's CPU threads
+    follow $CFBOOK_THREADS, else this process's share of the cores. Under DDP only rank 0 saves.
     """
     if check_mode(mode) not in TRAINING_MODES:
         print(f"CT_MODE={mode}: skipping the training stages (profile {profile.name}).")
         return None
+    distributed.configure_threads()
     device = torch.device(device)
     path = log_path(data_dir, profile.name, mode)
     data, loader = profile_data(profile, device=device, data_dir=path.parents[1])
@@ -92,15 +103,18 @@ def run_training_stage(
         cf_batchsize=profile.cf_batchsize,
         accuracy_every=profile.accuracy_every,
         val_loader=data.val_loader(),
+        **training,
     )
     log.meta.update(
         profile=profile.name,
         config=asdict(profile),
         data_source=data.source,
         device_name=describe_device(device),
+        threads=torch.get_num_threads(),
     )
-    save_log(log, path)
-    print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path, path.parents[1])}")
+    if distributed.is_main():
+        save_log(log, path)
+        print(f"Saved the {mode} log ({len(log)} epochs) to {display_path(path, path.parents[1])}")
     # Hand the accelerator's cached blocks back before the kernel moves on or exits.
     del model, optimizer, data, loader
     free_cached_memory(device)

@@ -306,7 +306,7 @@ def counterfactual_training(
     remains: the finiteness check of the loss, which skips the update of a non-finite loss with
     a warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
     ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
-    ``log.meta["profile"]``.
+    ``log.meta["epoch_profile"]``.
 
     Under DDP (:func:`cfbook.distributed.init_distributed` has run, each process passing its own
     sharded ``DeviceLoader``), gradients are averaged across processes, each process searches its
@@ -394,7 +394,7 @@ def counterfactual_training(
             _synchronize(device)
             time_taken = distributed.max_over_ranks(time.perf_counter() - t0, device)
         if epoch == profile_epoch:
-            log.meta["profile"] = profiler.report
+            log.meta["epoch_profile"] = profiler.report
 
         acc = acc_val = None
         if epoch % accuracy_every == 0:

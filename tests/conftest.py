@@ -32,7 +32,7 @@ class SmokeBook:
             "--profile", "smoke", "--project-dir", str(REPO), "--data-dir", str(self.data_dir),
             "--build-dir", str(self.build_dir), "--site-dir", str(self.site_dir),
             # The tests know the nbconvert layout; the Quarto hand-off has its own test.
-            "--site-builder", "nbconvert", *extra,
+            "--site-builder", "nbconvert", "--threads", "1", *extra,
         ]
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import stat
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ from distributed_worker import toy_data, toy_run
 from cfbook import distributed
 from cfbook.checkpoint import load_checkpoint
 from cfbook.data import DeviceLoader
+from cfbook.device import cpu_cores
 from cfbook.log import load_log
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,3 +209,68 @@ def test_threads_follow_the_cores_per_local_process(monkeypatch):
             distributed.configure_threads(0)
     finally:
         torch.set_num_threads(before)
+def fake_scontrol(bin_dir: Path) -> None:
+    """``scontrol show hostnames`` for a two-node allocation, as SLURM would answer."""
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text('#!/bin/sh\nprintf "gpu-node-07\\ngpu-node-08\\n"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_slurm_dry_run_prints_the_torchrun_command_for_2_nodes_of_4_gpus(tmp_path):
+    fake_scontrol(tmp_path / "bin")
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "gpu-node-[07-08]",
+        "SLURM_GPUS_ON_NODE": "4",
+    }
+    result = subprocess.run(
+        ["bash", "scripts/slurm-train.sh", "--dry-run", "--profile", "tutorial", "--mode", "full"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = [ln for ln in result.stdout.splitlines() if "torchrun" in ln]
+    words = shlex.split(line)
+    srun, torchrun_at = words[0], words.index("torchrun")
+    assert srun == "srun" and "--ntasks-per-node=1" in words[:torchrun_at]
+    launch = words[torchrun_at:]
+    for flag in ("--nnodes=2", "--nproc_per_node=4", "--rdzv_id=4242", "--rdzv_backend=c10d",
+                 "--rdzv_endpoint=gpu-node-07:29500", "--max_restarts=0"):
+        assert flag in launch, f"{flag} missing from {line}"
+    module = launch.index("-m")
+    assert launch[module + 1 :] == ["cfbook.train", "--profile", "tutorial", "--mode", "full"]
+
+
+@pytest.mark.slow
+def test_command_line_stage_on_one_and_two_processes(tmp_path):
+    from conftest import make_data_dir
+
+    data_dir = make_data_dir(tmp_path)
+    single = subprocess.run(
+        [sys.executable, "-m", "cfbook.train", "--profile", "smoke", "--mode", "vanilla",
+         "--data-dir", str(data_dir), "--device", "cpu", "--threads", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
+    )
+    ok(single)
+    ok(torchrun("-m", "cfbook.train", "--profile", "smoke", "--mode", "full", "--data-dir",
+                str(data_dir), "--device", "cpu", "--profile-epoch"))
+    assert sorted(p.name for p in (data_dir / "smoke").iterdir()) == ["full.json", "vanilla.json"]
+    full, vanilla = load_log(data_dir / "smoke" / "full.json"), load_log(data_dir / "smoke" /
+                                                                          "vanilla.json")
+    assert full.meta["world_size"] == 2 and "world_size" not in vanilla.meta
+    assert vanilla.meta["threads"] == 1  # --threads
+    assert full.meta["threads"] == max(1, cpu_cores() // 2)  # the cores shared by 2 processes
+    assert full.meta["config"] == vanilla.meta["config"]  # the profile's settings, as the stage
+    assert len(full) == len(vanilla) == 4
+    profile = full.meta["epoch_profile"]
+    assert profile["epoch"] == 2 and profile["regions_s"]["search"] > 0
+
+
+@pytest.mark.slow
+def test_pipeline_threads_reach_the_training_stages(smoke_book):
+    assert smoke_book.exit_code == 0, smoke_book.output[-3000:]
+    for mode in ("full", "vanilla"):
+        assert load_log(smoke_book.data_dir / "smoke" / f"{mode}.json").meta["threads"] == 1
