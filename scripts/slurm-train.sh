@@ -28,7 +28,8 @@ fi
 : "${SLURM_JOB_ID:?not inside a SLURM job: submit with sbatch (or set SLURM_* for --dry-run)}"
 nodes=${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:?SLURM_NNODES is not set}}
 gpus_per_node=${GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-1}}
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# The rendezvous host: the job's first node (RDZV_HOST overrides, e.g. for a dry run elsewhere).
+head_node=${RDZV_HOST:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}
 port=${RDZV_PORT:-29500}
 
 launch=(

@@ -55,3 +55,12 @@ def smoke_book(tmp_path_factory: pytest.TempPathFactory) -> SmokeBook:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = main(book.cli_args())
     return SmokeBook(book.data_dir, book.build_dir, book.site_dir, code, out.getvalue())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that skip without CUDA carry the ``cuda`` marker, so ``pytest -m cuda`` (which
+    scripts/gpu-check.sh runs) selects exactly them."""
+    for item in items:
+        reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
+        if any("CUDA" in reason for reason in reasons):
+            item.add_marker(pytest.mark.cuda)

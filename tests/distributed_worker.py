@@ -43,7 +43,7 @@ class RecordingGenerator(NativeGenerator):
 
     def generate(self, model, x, target, **kwargs):
         result = super().generate(model, x, target, **kwargs)
-        x_all, _ = toy_data()
+        x_all = toy_data()[0].to(x.device)
         rows = (x[:, None, :] == x_all[None]).all(2).float().argmax(1)
         SEARCHED.append({"rows": rows.tolist(), "valid": int(result.valid.sum()),
                          "iterations": int(result.iterations.sum())})
@@ -58,17 +58,18 @@ def toy_run(
     nepochs: int = 3,
     rank: int = 0,
     world_size: int = 1,
+    device: str | torch.device = "cpu",
     **kwargs,
 ):
     """The same training in one process or in each of ``world_size`` processes."""
-    x, y = toy_data()
+    x, y = (t.to(device) for t in toy_data())
     torch.manual_seed(0)
     model = mlp(N_FEATURES, (16,), N_CLASSES)
     loader = DeviceLoader(x, y, batch_size, seed=3, rank=rank, world_size=world_size)
     return counterfactual_training(
         FullObjective() if objective == "full" else VanillaObjective(), model,
         RecordingGenerator(maxiter=8, tau=0.5, step_size=0.5), loader,
-        torch.optim.Adam(model.parameters(), 1e-2), device="cpu", nepochs=nepochs,
+        torch.optim.Adam(model.parameters(), 1e-2), device=device, nepochs=nepochs,
         domain=(-3.0, 3.0), verbose=0, accumulate=accumulate, **kwargs,
     )
 
@@ -91,15 +92,17 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument("--fail-epoch", type=int)
     parser.add_argument("--fail-how", choices=["raise", "kill"], default="raise")
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    ctx = distributed.init_distributed("cpu", timeout_s=60)
+    ctx = distributed.init_distributed(args.device, timeout_s=60)
     distributed.configure_threads(1)
-    shard = {"rank": ctx.rank, "world_size": ctx.world_size}
+    shard = {"rank": ctx.rank, "world_size": ctx.world_size, "device": ctx.device}
     if args.scenario == "vanilla":
         for accumulate in (1, 2):
             model, log = toy_run("vanilla", 15, accumulate=accumulate, **shard)
             if ctx.is_main:
-                torch.save(model.state_dict(), args.out / f"vanilla-acc{accumulate}.pt")
+                weights = {k: v.cpu() for k, v in model.state_dict().items()}
+                torch.save(weights, args.out / f"vanilla-acc{accumulate}.pt")
                 save_log(log, args.out / f"vanilla-acc{accumulate}.json")
     else:
         callback = None

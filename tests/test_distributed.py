@@ -274,3 +274,27 @@ def test_pipeline_threads_reach_the_training_stages(smoke_book):
     assert smoke_book.exit_code == 0, smoke_book.output[-3000:]
     for mode in ("full", "vanilla"):
         assert load_log(smoke_book.data_dir / "smoke" / f"{mode}.json").meta["threads"] == 1
+
+
+def test_gpu_check_stops_at_once_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: run scripts/gpu-check.sh itself")
+    result = subprocess.run(["bash", "scripts/gpu-check.sh"], cwd=REPO, capture_output=True,
+                            text=True, timeout=LAUNCH_TIMEOUT_S)
+    assert result.returncode == 1 and "no CUDA GPU visible" in result.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_profiled_epoch_on_cuda_reports_device_time():
+    _, log = toy_run("full", 30, nce=40, burnin=0.0, nepochs=2, device="cuda", profile_epoch=2)
+    report = log.meta["epoch_profile"]
+    assert report["regions_s"]["search"] > 0
+    assert all("self_device_s" in op for op in report["top_ops"])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs (NCCL)")
+def test_two_gpus_with_nccl_train_like_one_gpu_with_twice_the_batch(tmp_path):
+    ok(worker(tmp_path, "vanilla", "--device", "cuda"))
+    model, _ = toy_run("vanilla", 30, device="cuda")
+    weights = {k: v.cpu() for k, v in model.state_dict().items()}
+    assert_same_weights(weights, load_weights(tmp_path / "vanilla-acc1.pt"), atol=1e-5)
