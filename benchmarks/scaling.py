@@ -105,9 +105,10 @@ def run(ctx: Context) -> list[Table]:
         "Shares: of the last epoch, run under torch.profiler (host time, device synchronised at "
         "each part's end); bookkeeping is the rest: loss checks, batch slicing, all-reduces of "
         "the logged figures.",
-        "Under DDP the backward pass includes waiting for the gradient all-reduce, and "
-        "BatchNorm statistics are per process (rank 0's are kept), so the final losses differ "
-        "slightly between process counts.",
+        "Under DDP the backward pass includes waiting for the gradient all-reduce. The final "
+        "losses differ a little between configurations: thread counts change the order of "
+        "floating-point sums, and under DDP BatchNorm statistics are per process (rank 0's are "
+        "kept).",
         "Thread counts above the free cores stall: every OpenMP barrier waits for threads the "
         "kernel has descheduled. cfbook's default gives each process cores / local processes.",
     ]

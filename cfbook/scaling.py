@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ __all__ = [
     "run_path",
     "scaling_figure",
     "scaling_markdown",
+    "scaling_profiles",
     "slurm_dry_run",
     "stored_benchmark",
 ]
@@ -85,8 +87,8 @@ def measure(
         args += ["--profile-epoch", str(profile_epoch)]
     with tempfile.TemporaryDirectory(prefix="cfbook-scaling-") as scratch:
         scratch_data = Path(scratch) / "data"
-        (scratch_data / "MNIST").mkdir(parents=True)
-        (scratch_data / "MNIST" / "raw").symlink_to((data_dir / "MNIST" / "raw").resolve())
+        # A copy, not a link: the log names its data folder relative to the data folder.
+        shutil.copytree(data_dir / "MNIST" / "raw", scratch_data / "MNIST" / "raw")
         print(f"{_shown(processes, args)}", flush=True)
         start = time.perf_counter()
         subprocess.run(
@@ -100,6 +102,12 @@ def measure(
     save_log(log, path)
     print(f"  {wall:.0f} s in all; log in {display_path(path, data_dir)}", flush=True)
     return path
+
+
+def scaling_profiles(data_dir: str | Path | None = None, mode: str = "full") -> list[str]:
+    """The profiles with stored scaling runs of ``mode``, in the order of ``PROFILES``."""
+    folder = run_path(data_dir, "", mode, 1).parent
+    return [name for name in PROFILES if any(folder.glob(f"{name}-{mode}-*proc.json"))]
 
 
 def load_scaling_runs(
@@ -121,15 +129,19 @@ def _searching(log: TrainingLog) -> list[float]:
             and r.epoch != profiled]
 
 
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
 def scaling_markdown(runs: dict[int, TrainingLog]) -> str:
-    """One row per process count: threads, epoch times, wall time, accuracy, speed-up."""
+    """One row per process count: threads, epoch and wall times, final figures, speed-up."""
     if not runs:
         return "No scaling runs stored: run `python -m cfbook.scaling --profile cpu --mode full`."
     base = sum(r.time_taken for r in next(iter(runs.values())))
     lines = [
-        "| processes | threads each | epochs, summed | per epoch after burn-in | command wall time "
-        "| final accuracy (train / held-out) | speed-up of the epochs |",
-        "|---:|---:|---:|---:|---:|---|---:|",
+        "| processes | threads each | epochs, summed | per epoch after burn-in | command wall "
+        "time | final train loss | final accuracy (train / held-out) | speed-up of the epochs |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for processes, log in runs.items():
         total = sum(r.time_taken for r in log)
@@ -137,9 +149,9 @@ def scaling_markdown(runs: dict[int, TrainingLog]) -> str:
         last = log[-1]
         accuracy = "n/a" if last.acc is None else f"{last.acc:.3f} / {last.acc_val:.3f}"
         lines.append(
-            f"| {processes} | {log.meta.get('threads', '?')} | {total:.0f} s | "
-            f"{sum(searching) / len(searching):.1f} s | {log.meta['wall_s']:.0f} s | "
-            f"{accuracy} | {base / total:.2f}x |"
+            f"| {processes} | {log.meta.get('threads', '?')} | {_seconds(total)} | "
+            f"{_seconds(sum(searching) / len(searching))} | {_seconds(log.meta['wall_s'])} | "
+            f"{last.train_loss:.4f} | {accuracy} | {base / total:.2f}x |"
         )
     return "\n".join(lines)
 

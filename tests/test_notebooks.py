@@ -16,13 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-CHAPTERS = ("index", "setup", "gpu", "memory", "mnist", "resnet", "training", "comparison")
+CHAPTERS = (
+    "index", "setup", "gpu", "memory", "mnist", "resnet", "training", "comparison", "scaling",
+)
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 # Deterministic cells whose stored output nbval compares: (chapter, code that must be in one).
 EXPECTED_CHECKS = {
     "setup": ("torch.equal(a, b)", "profile_table(PROFILES.values())"),
     "gpu": ("(x**2).sum()",),
     "mnist": ("data.x.shape[1]", "data.domain"),
+    "scaling": ("DeviceLoader(x, y, 3", "slurm_dry_run(2, 4"),
     "resnet": (
         "print(model.net.conv1)",
         "count_parameters(model)",
@@ -58,7 +61,10 @@ def test_chapter_structure(chapter):
     tags = [cell.metadata.get("tags", []) for cell in cells]
     params = [i for i, t in enumerate(tags) if "parameters" in t]
     assert len(params) == 1, f"{chapter}: needs exactly one cell tagged 'parameters'"
-    assert "resolve_parameters(CT_MODE, profile, device)" in cells[params[0] + 1].source
+    resolves = cells[params[0] + 1].source
+    assert "resolve_parameters(CT_MODE, profile, device)" in resolves or (
+        "setup(CT_MODE, profile" in resolves
+    ), f"{chapter}: the cell after the parameters must resolve them"
     assert not any("injected-parameters" in t for t in tags), (
         f"{chapter}: a papermill injected-parameters cell is committed; it would override the "
         "environment (CFBOOK_PROFILE) when CI runs the book"
