@@ -146,12 +146,13 @@ def scaling_markdown(runs: dict[int, TrainingLog]) -> str:
     for processes, log in runs.items():
         total = sum(r.time_taken for r in log)
         searching = _searching(log)
+        per_epoch = _seconds(sum(searching) / len(searching)) if searching else "n/a"
         last = log[-1]
-        accuracy = "n/a" if last.acc is None else f"{last.acc:.3f} / {last.acc_val:.3f}"
+        accuracy = " / ".join("n/a" if a is None else f"{a:.3f}" for a in (last.acc, last.acc_val))
         lines.append(
-            f"| {processes} | {log.meta.get('threads', '?')} | {_seconds(total)} | "
-            f"{_seconds(sum(searching) / len(searching))} | {_seconds(log.meta['wall_s'])} | "
-            f"{last.train_loss:.4f} | {accuracy} | {base / total:.2f}x |"
+            f"| {processes} | {log.meta.get('threads', '?')} | {_seconds(total)} | {per_epoch} | "
+            f"{_seconds(log.meta['wall_s'])} | {last.train_loss:.4f} | {accuracy} | "
+            f"{base / total:.2f}x |"
         )
     return "\n".join(lines)
 
