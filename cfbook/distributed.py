@@ -150,6 +150,8 @@ def init_distributed(
     where = _process_device(device, local_rank)
     if world == 1:
         return Processes(0, 1, 0, 1, where, None)
+    if where.type == "mps":
+        raise RuntimeError("torch.distributed has no backend for Apple MPS; use --device cpu")
     backend = "nccl" if where.type == "cuda" else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(
