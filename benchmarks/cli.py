@@ -15,6 +15,7 @@ from benchmarks import (
     memory,
     overhead,
     precision,
+    scaling,
     speedup,
     syncs,
     throughput,
@@ -34,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "precision": (precision.TITLE, precision.run),
     "syncs": (syncs.TITLE, syncs.run),
     "evaluation": (evaluation.TITLE, evaluation.run),
+    "scaling": (scaling.TITLE, scaling.run),
 }
 
 

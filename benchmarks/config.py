@@ -46,6 +46,9 @@ class Sizes:
     max_repeats: int
     budget_s: float  # time box of one side-by-side comparison (after its minimum repeats)
     training_rounds: int  # timed epochs per objective (after one warm-up epoch)
+    scaling_model: str
+    scaling: TrainSetup  # the run trained on 1 and 2 processes (global batch)
+    scaling_epochs: int  # burn-in, timed epochs, a profiled one
 
 
 FULL = Sizes(
@@ -71,6 +74,9 @@ FULL = Sizes(
     max_repeats=7,
     budget_s=15.0,
     training_rounds=2,
+    scaling_model="resnet18",
+    scaling=TrainSetup(n=512, batch_size=128, nce=128),
+    scaling_epochs=4,
 )
 
 QUICK = Sizes(
@@ -95,6 +101,9 @@ QUICK = Sizes(
     max_repeats=3,
     budget_s=1.0,
     training_rounds=1,
+    scaling_model="mlp",
+    scaling=TrainSetup(n=512, batch_size=64, nce=64),
+    scaling_epochs=3,
 )
 
 # A search setting where most samples converge within a few iterations (a looser tau and a longer

@@ -38,8 +38,9 @@ class NeighbourSampler:
         self.offsets = torch.cumsum(self.counts, 0) - self.counts
         self.n = y.shape[0]
 
-    def __call__(self, classes: Tensor, rng: torch.Generator) -> Tensor:
-        u = torch.rand(classes.shape[0], generator=rng, device=classes.device)
+    def __call__(self, classes: Tensor, rng: torch.Generator | Tensor) -> Tensor:
+        """``rng`` draws the uniforms, or is them (one per class requested) when drawn ahead."""
+        u = _uniform(rng, classes)
         counts = self.counts[classes]
         in_class = self.offsets[classes] + (u * counts).long().clamp(max=counts - 1)
         # A class absent from the data falls back to any sample, as in the Julia package.
@@ -58,13 +59,21 @@ def label_levels(y: Tensor) -> Tensor:
     return levels
 
 
-def draw_targets(predicted: Tensor, levels: Tensor, rng: torch.Generator) -> Tensor:
+def _uniform(rng: torch.Generator | Tensor, like: Tensor) -> Tensor:
+    """One uniform draw per row of ``like``: from ``rng``, or ``rng`` itself if already drawn."""
+    if isinstance(rng, Tensor):
+        return rng
+    return torch.rand(like.shape[0], generator=rng, device=like.device)
+
+
+def draw_targets(predicted: Tensor, levels: Tensor, rng: torch.Generator | Tensor) -> Tensor:
     """One target per factual, uniform over the labels present in the data (``levels``, sorted)
-    minus the predicted class, as in CT.jl; on the device, without a host sync."""
+    minus the predicted class, as in CT.jl; on the device, without a host sync. ``rng`` draws the
+    uniforms, or is them (one per factual) when drawn ahead."""
     k = levels.shape[0]
     pos = torch.searchsorted(levels, predicted).clamp_(max=k - 1)
     present = levels[pos] == predicted
-    u = torch.rand(predicted.shape[0], generator=rng, device=predicted.device)
+    u = _uniform(rng, predicted)
     r = (u * (k - present.long())).long().clamp_(max=k - 1)
     return levels[r + (present & (r >= pos)).long()]
 
@@ -82,15 +91,26 @@ def epoch_counterfactuals(
     mutability: Mutability,
     cf_batchsize: int | None,
     rng: torch.Generator,
+    rows: slice | None = None,
 ) -> CounterfactualBatch:
-    """Search ``nce`` counterfactuals with the model as it stands at the epoch start."""
+    """Search ``nce`` counterfactuals with the model as it stands at the epoch start.
+
+    Every random number of the epoch (factuals, targets, neighbours) is drawn for all ``nce``
+    rows before the search. Under DDP each process keeps only its ``rows`` of them: with ``rng``
+    seeded alike everywhere, the processes share the search of exactly the counterfactuals one
+    process would find, without overlap, and their generators stay in step.
+    """
     device = x_all.device
     idx = torch.randperm(x_all.shape[0], generator=rng, device=device)[:nce]
+    u_target = torch.rand(nce, generator=rng, device=device)
+    u_neighbour = torch.rand(nce, generator=rng, device=device)
+    if rows is not None:
+        idx, u_target, u_neighbour = idx[rows], u_target[rows], u_neighbour[rows]
     x, label = x_all[idx], y_all[idx]
-    target = draw_targets(predict(model, x), levels, rng)
+    target = draw_targets(predict(model, x), levels, u_target)
     kwargs = {"cf_batchsize": cf_batchsize} if isinstance(generator, NativeGenerator) else {}
     found = generator.generate(model, x, target, domain=domain, mutability=mutability, **kwargs)
-    neighbour = x_all[neighbours(target, rng)]
+    neighbour = x_all[neighbours(target, u_neighbour)]
     mature = torch.where(found.valid[:, None], found.counterfactual, neighbour)
     return CounterfactualBatch(
         counterfactual=mature,

@@ -68,10 +68,24 @@ class DeviceLoader:
 
     ``state_dict()`` captures the generator and the position inside an epoch, so a loader restored
     with ``load_state_dict()`` continues with exactly the batches an uninterrupted run would yield.
+
+    Under DDP every process builds the loader with the same ``seed`` and its own ``rank`` of
+    ``world_size``: all draw one permutation, cut it into global batches of
+    ``world_size * batch_size`` samples, and each process takes its contiguous part of every
+    global batch (a short last batch is split as evenly as possible). Two processes with batch
+    ``B`` therefore see exactly the samples one process with batch ``2B`` sees, step by step.
     """
 
     def __init__(
-        self, x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool = True, seed: int = 0
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"x and y differ in length: {x.shape[0]} vs {y.shape[0]} samples")
@@ -79,10 +93,20 @@ class DeviceLoader:
             raise ValueError(f"x and y must be on one device, got {x.device} and {y.device}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(world_size, int) or world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got {rank=}, {world_size=}")
+        short = x.shape[0] % (batch_size * world_size)
+        if 0 < short < world_size:
+            raise ValueError(
+                f"the last global batch holds {short} sample(s), fewer than the {world_size} "
+                f"processes sharing it; choose a batch size for which {x.shape[0]} samples leave "
+                "no such remainder"
+            )
         self.x, self.y = x, y
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
+        self.rank, self.world_size = rank, world_size
         self._generator = torch.Generator(device=x.device)
         self._generator.manual_seed(seed)
         # Generator state before this epoch's permutation and batches handed out so far (None:
@@ -101,10 +125,19 @@ class DeviceLoader:
         return self.x.device
 
     def __len__(self) -> int:
-        return math.ceil(self.x.shape[0] / self.batch_size)
+        """Batches per epoch: the same number on every process."""
+        return math.ceil(self.x.shape[0] / (self.batch_size * self.world_size))
+
+    def _rows(self, b: int) -> slice:
+        """This process's positions in the epoch's order for batch ``b``."""
+        start = b * self.batch_size * self.world_size
+        size = min(self.batch_size * self.world_size, self.x.shape[0] - start)
+        base, extra = divmod(size, self.world_size)
+        start += self.rank * base + min(self.rank, extra)
+        return slice(start, start + base + (self.rank < extra))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n, bs = self.x.shape[0], self.batch_size
+        n = self.x.shape[0]
         if self._resume is not None:
             start_state, first = self._resume
             self._resume = None
@@ -118,10 +151,11 @@ class DeviceLoader:
         try:
             for b in range(first, len(self)):
                 self._served = b + 1
+                rows = self._rows(b)
                 if order is None:
-                    yield self.x[b * bs : (b + 1) * bs], self.y[b * bs : (b + 1) * bs]
+                    yield self.x[rows], self.y[rows]
                 else:
-                    idx = order[b * bs : (b + 1) * bs]
+                    idx = order[rows]
                     yield self.x[idx], self.y[idx]
         finally:
             # An abandoned iteration (e.g. next(iter(loader))) counts as a finished epoch, as it
@@ -145,6 +179,7 @@ class DeviceLoader:
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "device_type": self.x.device.type,
+            "world_size": self.world_size,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -154,7 +189,9 @@ class DeviceLoader:
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "device_type": self.x.device.type,
+            "world_size": self.world_size,
         }
+        state = {"world_size": 1, **state}  # states saved before sharding: one process
         for key, value in expected.items():
             if state.get(key) != value:
                 raise ValueError(
@@ -179,9 +216,15 @@ class MNISTData:
     source: str
     domain: list[tuple[float, float]] = field(default_factory=lambda: [(-1.0, 1.0)] * N_FEATURES)
 
-    def loader(self, batch_size: int = 128, shuffle: bool = True, seed: int = 0) -> DeviceLoader:
-        """Training batches (shuffled on the device)."""
-        return DeviceLoader(self.x, self.y, batch_size, shuffle=shuffle, seed=seed)
+    def loader(
+        self, batch_size: int = 128, shuffle: bool = True, seed: int = 0, *, rank: int = 0,
+        world_size: int = 1,
+    ) -> DeviceLoader:
+        """Training batches (shuffled on the device); ``rank``/``world_size`` shard them for DDP."""
+        return DeviceLoader(
+            self.x, self.y, batch_size, shuffle=shuffle, seed=seed, rank=rank,
+            world_size=world_size,
+        )
 
     def val_loader(self, batch_size: int = 1024) -> DeviceLoader:
         """Held-out batches in a fixed order, for accuracy checks."""

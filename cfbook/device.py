@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "DEVICE_TYPES",
     "MemoryReport",
+    "cpu_cores",
     "describe_device",
     "detect_device",
     "format_bytes",
@@ -91,7 +92,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def _cpu_cores() -> int:
+def cpu_cores() -> int:
     if hasattr(os, "sched_getaffinity"):  # cores this process may use (container limits included)
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
@@ -108,7 +109,7 @@ def describe_device(device: str | torch.device) -> str:
     if device.type == "mps":
         return "Apple MPS"
     if device.type == "cpu":
-        return f"CPU: {_cpu_model()}, {_cpu_cores()} cores"
+        return f"CPU: {_cpu_model()}, {cpu_cores()} cores"
     return str(device)
 
 

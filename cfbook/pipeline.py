@@ -35,6 +35,7 @@ import papermill
 from cfbook.atomic import atomic_write_text
 from cfbook.book import CONFIG_FILE, read_book
 from cfbook.data import find_data_dir
+from cfbook.distributed import THREADS_ENV
 from cfbook.log import load_log
 from cfbook.profiles import PROFILES, Profile, resolve_parameters
 from cfbook.progress import format_duration
@@ -274,6 +275,7 @@ def run_pipeline(
     site: bool = True,
     use_quarto: bool | None = None,
     verbose: bool = False,
+    threads: int | None = None,
 ) -> Path | None:
     """Run the book's stages in order; return the site's index.html (None if no site was built).
 
@@ -281,6 +283,7 @@ def run_pipeline(
     in its own folder. Executed plot-mode chapters go to the same relative paths under
     ``build_dir`` (default: the project itself, i.e. in place). ``use_quarto`` is passed to
     :func:`cfbook.site.build_site` (None: Quarto if on PATH).
+    ``threads`` sets torch's CPU threads in the training stages (default: one per core).
     """
     t_total = time.perf_counter()
     project_dir = Path(project_dir) if project_dir is not None else find_project_dir()
@@ -305,6 +308,8 @@ def run_pipeline(
     # Kernels inherit these. Plot-mode chapters get their mode and profile only from here: an
     # injected parameters cell would be committed with them and pin the profile for good.
     env = {"CFBOOK_DATA_DIR": str(data_dir), "CFBOOK_PROFILE": profile.name, "CT_MODE": "plot"}
+    if threads is not None:
+        env[THREADS_ENV] = str(threads)
     with _environment(**env):
         for mode in TRAINING_MODES:
             step += 1
@@ -374,6 +379,11 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: Quarto when it is on PATH, else nbconvert",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="stream the notebooks' output")
+    parser.add_argument(
+        "--threads", type=int,
+        help="torch CPU threads of the training stages (default: one per core; fewer when other "
+        "work shares the cores)",
+    )
     return parser
 
 
@@ -389,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             site_dir=args.site_dir, force=args.force, stages_only=args.stages_only,
             site=not args.no_site,
             use_quarto=_SITE_BUILDERS[args.site_builder], verbose=args.verbose,
+            threads=args.threads,
         )
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)

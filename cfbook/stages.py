@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from cfbook import distributed
 from cfbook.atomic import atomic_torch_save, atomic_write_text
 from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
@@ -91,57 +92,78 @@ def profile_data(
     profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> tuple[MNISTData, DeviceLoader]:
     """The profile's MNIST subset and its first run's shuffling loader: what the stages train
-    on, and what the MNIST chapter shows."""
+    on, and what the MNIST chapter shows. Under DDP the profile's batch is the global one, split
+    over the processes."""
     data = load_mnist(profile.n, device=device, seed=profile.seed, root=data_dir)
-    return data, data.loader(batch_size=profile.batch_size, shuffle=True, seed=profile.seed)
+    shard = distributed.loader_shard(profile.batch_size)
+    return data, data.loader(shuffle=True, seed=profile.seed, **shard)
 
 
 def _train_run(
     mode: str, profile: Profile, data: MNISTData, run: int, device: torch.device, root: Path,
+    training: dict[str, Any],
 ) -> tuple[torch.nn.Module, TrainingLog]:
     """Train run ``run`` and save its log and weights. The model is built right after seeding
     with the run's seed, so the full and the vanilla stage start from identical weights and see
     the same mini-batch order."""
     seed = profile.run_seeds()[run - 1]
-    loader = data.loader(batch_size=profile.batch_size, shuffle=True, seed=seed)
+    loader = data.loader(shuffle=True, seed=seed, **distributed.loader_shard(profile.batch_size))
     torch.manual_seed(seed)
     model = build_model(profile.model)
     optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
+    checkpoint_dir = stage_checkpoint_dir(root, profile.name, mode, run)
+    if distributed.is_main():
+        prepare_checkpoint_dir(checkpoint_dir, profile.config())
+    distributed.barrier()  # no process looks for a checkpoint before a stale one is gone
     model, log = counterfactual_training(
         profile.objective(mode), model, profile.search(), loader, optimizer,
         device=device, nepochs=profile.nepochs, domain=data.domain, burnin=profile.burnin,
         nce=profile.nce, cf_batchsize=profile.cf_batchsize,
         accuracy_every=profile.accuracy_every, val_loader=data.val_loader(),
-        checkpoint_dir=prepare_checkpoint_dir(
-            stage_checkpoint_dir(root, profile.name, mode, run), profile.config()
-        ),
+        checkpoint_dir=checkpoint_dir, **training,
     )
     log.meta.update(
         profile=profile.name, config=profile.config(), run=run, seed=seed,
         data_source=data.source, device_name=describe_device(device),
+        threads=torch.get_num_threads(),
     )
-    path = log_path(root, profile.name, mode, run)
-    save_log(log, path)
-    atomic_torch_save(model.state_dict(), weights_path(root, profile.name, mode, run))
-    print(f"Saved the {mode} log of run {run}/{profile.runs} ({len(log)} epochs) and its "
-          f"weights to {display_path(path, root)}")
+    if distributed.is_main():
+        path = log_path(root, profile.name, mode, run)
+        save_log(log, path)
+        atomic_torch_save(model.state_dict(), weights_path(root, profile.name, mode, run))
+        print(f"Saved the {mode} log of run {run}/{profile.runs} ({len(log)} epochs) and its "
+              f"weights to {display_path(path, root)}")
     return model, log
 
 
 def run_training_stage(
-    mode: str, profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
+    mode: str,
+    profile: Profile,
+    *,
+    device: str | torch.device,
+    data_dir: str | Path | None = None,
+    **training: Any,
 ) -> TrainingLog | None:
     """Train the objective selected by ``mode`` once per run of the profile, save each run's log
     and weights, then evaluate all runs (the paper's test-time protocol) into one file. Any other
-    mode trains nothing. Returns the first run's log."""
+    mode trains nothing. Returns the first run's log.
+
+    ``training`` goes on to ``counterfactual_training`` (e.g. ``accumulate``, ``profile_epoch``).
+    Torch's CPU threads follow $CFBOOK_THREADS, else this process's share of the cores. Under DDP
+    every process trains and only rank 0 saves and evaluates.
+    """
     if check_mode(mode) not in TRAINING_MODES:
         print(f"CT_MODE={mode}: skipping the training stages (profile {profile.name}).")
         return None
+    distributed.configure_threads()
     device = torch.device(device)
     root = Path(data_dir) if data_dir is not None else find_data_dir()
     data, _ = profile_data(profile, device=device, data_dir=root)
-    trained = [_train_run(mode, profile, data, run, device, root)
+    trained = [_train_run(mode, profile, data, run, device, root, training)
                for run in range(1, profile.runs + 1)]
+    log = trained[0][1]
+    if not distributed.is_main():
+        return log
     models = [model for model, _ in trained]
     result = evaluate(
         models, data.x_val, data.y_val, data.x, data.y, config=profile.evaluation,
@@ -155,7 +177,6 @@ def run_training_stage(
     path = evaluation_path(root, profile.name, mode)
     atomic_write_text(path, json.dumps(result, indent=1))
     print(f"Saved the {mode} evaluation to {display_path(path, root)}")
-    log = trained[0][1]
     # Hand the accelerator's cached blocks back before the kernel moves on or exits.
     del trained, models, data
     free_cached_memory(device)

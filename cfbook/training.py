@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from cfbook import distributed
 from cfbook.amp import autocast, check_amp
 from cfbook.checkpoint import (
     check_same_run,
@@ -31,8 +32,8 @@ from cfbook.counterfactuals import (
 from cfbook.device import synchronize
 from cfbook.generators import count_classes
 from cfbook.log import EpochRecord, TrainingLog
-from cfbook.metrics import accuracy
 from cfbook.objectives import Objective
+from cfbook.profiling import EpochProfiler
 from cfbook.progress import EpochProgress
 
 
@@ -102,7 +103,8 @@ def _chunk_bounds(nce: int, n_batches: int) -> list[slice]:
 
 
 def _check_arguments(
-    objective: Objective, nepochs: int, burnin: float, accuracy_every: int, verbose: int
+    objective: Objective, nepochs: int, burnin: float, accuracy_every: int, verbose: int,
+    accumulate: int,
 ) -> None:
     if not isinstance(objective, Objective):
         raise TypeError(f"objective must be a cfbook Objective, got {type(objective).__name__}")
@@ -114,6 +116,8 @@ def _check_arguments(
         raise ValueError(f"accuracy_every must be a positive integer, got {accuracy_every!r}")
     if verbose not in (0, 1, 2):
         raise ValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
+    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
 
 
 def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
@@ -148,6 +152,15 @@ def _resume(
     state = load_checkpoint(checkpoint_dir)
     if state is None:
         return 1
+    saved, world = state.get("world_size", 1), distributed.world_size()
+    if saved != world:
+        raise ValueError(
+            f"checkpoint in {checkpoint_dir} was written by {saved} process(es), this run has "
+            f"{world}: every process trains on its part of each global batch of world_size x "
+            f"batch_size samples, so resume with {saved} process(es) (torchrun "
+            f"--nproc_per_node={saved} ...), or use another checkpoint_dir or delete it to start "
+            "afresh"
+        )
     check_same_run(state.get("run"), run, Path(checkpoint_dir))
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -174,8 +187,17 @@ class _EpochSums:
             self.terms[name] += value.detach()
         self.batches += 1
 
-    def mean(self, name: str) -> float:
-        return float(self.terms[name]) / self.batches
+    def totals(self, cf: CounterfactualBatch | None) -> dict[str, float]:
+        """The sums over all processes (one all-reduce, one host read): batches, loss, the CT
+        terms and, with counterfactuals, how many there were, how many valid, their iterations."""
+        values = {"batches": float(self.batches), "loss": self.loss, **self.terms}
+        if cf is not None:
+            values.update(n_cf=float(cf.valid.shape[0]), n_valid=cf.valid.sum(),
+                          iterations=cf.iterations.sum())
+        device = self.loss.device
+        stacked = torch.stack([torch.as_tensor(v, device=device).to(torch.float64)
+                               for v in values.values()])
+        return dict(zip(values, distributed.sum_over_ranks(stacked).tolist(), strict=True))
 
 
 def _train_epoch(
@@ -191,37 +213,56 @@ def _train_epoch(
     fuse: bool,
     amp: str | None,
     scaler: torch.amp.GradScaler | None,
+    accumulate: int,
+    profiler: EpochProfiler,
 ) -> _EpochSums:
     """One pass over the mini-batches, each with its chunk of counterfactual terms.
 
-    Every batch counts in the sums, as in CT.jl; a batch whose loss is not finite skips its
-    update (the one host sync per batch) and is counted as skipped.
+    Every batch counts in the sums, as in CT.jl. The optimiser steps once per ``accumulate``
+    batches, on their mean gradient; under DDP only the backward pass before a step all-reduces
+    gradients. A batch whose loss is not finite on some process (the one host sync per batch) is
+    counted as skipped, and the update it belongs to is skipped on every process.
     """
     sums = _EpochSums(device)
+    n_batches = len(loader)
+    optimizer.zero_grad(set_to_none=True)
+    update_ok = True
     for b, (xb, yb) in enumerate(loader):
-        xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        with autocast(amp, device):
-            loss = objective.lambda_clf * nn.functional.cross_entropy(model(xb).float(), yb)
-            terms = {}
-            if cf is not None:
-                terms = _counterfactual_terms(model, objective, cf, chunks[b], fuse)
-                for name, weight in _WEIGHT.items():
-                    if getattr(objective, weight):
-                        loss = loss + getattr(objective, weight) * terms[name]
-        sums.add(loss, terms)
-        if not torch.isfinite(loss):
-            warnings.warn(
-                f"non-finite loss in epoch {epoch}, batch {b}: update skipped", stacklevel=3
-            )
-            sums.skipped += 1
-            continue
-        optimizer.zero_grad(set_to_none=True)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-            scaler.update()
+        first = b - b % accumulate
+        group = min(accumulate, n_batches - first)  # batches in this update
+        last = b + 1 == first + group  # the batch whose backward pass precedes the update
+        # Under DDP the forward pass already decides whether the backward pass all-reduces.
+        with distributed.no_sync(model, last):
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+            with profiler.region("forward"), autocast(amp, device):
+                loss = objective.lambda_clf * nn.functional.cross_entropy(model(xb).float(), yb)
+                terms = {}
+                if cf is not None:
+                    terms = _counterfactual_terms(model, objective, cf, chunks[b], fuse)
+                    for name, weight in _WEIGHT.items():
+                        if getattr(objective, weight):
+                            loss = loss + getattr(objective, weight) * terms[name]
+            sums.add(loss, terms)
+            if not distributed.all_finite(loss):
+                warnings.warn(
+                    f"non-finite loss in epoch {epoch}, batch {b}: update skipped", stacklevel=3
+                )
+                sums.skipped += 1
+                update_ok = False
+            if update_ok:
+                part = loss / group if group > 1 else loss
+                with profiler.region("backward"):
+                    (part if scaler is None else scaler.scale(part)).backward()
+        if last:
+            if update_ok:
+                with profiler.region("optimizer"):
+                    if scaler is None:
+                        optimizer.step()
+                    else:
+                        scaler.step(optimizer)
+                        scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            update_ok = True
     return sums
 
 
@@ -246,6 +287,8 @@ def counterfactual_training(
     fuse_cf_forwards: bool = False,
     callback: Callable[[EpochRecord], None] | None = None,
     amp: str | None = None,
+    accumulate: int = 1,
+    profile_epoch: int | None = None,
 ) -> tuple[nn.Module, TrainingLog]:
     """Train ``model`` with ``objective``; returns the model and its per-epoch log.
 
@@ -255,15 +298,25 @@ def counterfactual_training(
     (objective, ``nce``, burn-in, search settings, ``amp``). ``amp`` ("bf16", or "fp16" on CUDA)
     runs the training forward passes under autocast. One host synchronisation per mini-batch
     remains: the finiteness check of the loss, which skips the update of a non-finite loss with
-    a warning.
+    a warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
+    ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
+    ``log.meta["epoch_profile"]``.
+
+    Under DDP (:func:`cfbook.distributed.init_distributed` has run, each process passing its own
+    sharded ``DeviceLoader``), gradients are averaged across processes, each process searches its
+    share of the ``nce`` counterfactuals, the log holds figures over all processes (the epoch
+    time is the slowest process's), and only rank 0 writes checkpoints. ``callback`` runs on
+    every process.
     """
-    _check_arguments(objective, nepochs, burnin, accuracy_every, verbose)
+    _check_arguments(objective, nepochs, burnin, accuracy_every, verbose, accumulate)
     device = torch.device(device)
     check_amp(amp, device)
     model.to(device)
     x_all, y_all = (t.to(device) for t in training_tensors(train_loader))
     if x_all.ndim != 2:
         raise ValueError(f"training inputs must be flat (N, D) tensors, got {tuple(x_all.shape)}")
+    distributed.check_sharded(train_loader)
+    world = distributed.world_size()
     n_batches = len(train_loader)
     n_classes = count_classes(model, x_all)
     low, high = int(y_all.min()), int(y_all.max())
@@ -272,19 +325,23 @@ def counterfactual_training(
                          f"got {low}..{high}")
     burnin_epochs = round(burnin * nepochs)
     search = objective.needs_counterfactuals
-    chunks = None
+    chunks = rows = None
     if search:
         if domain is None:
             domain = infer_domain(x_all)
         constraints = make_constraints(domain, mutability, x_all.shape[1], device=device)
-        nce = _resolve_nce(nce, x_all.shape[0], n_batches)
-        chunks = _chunk_bounds(nce, n_batches)
+        # Every process's mini-batches need counterfactuals of their own.
+        nce = _resolve_nce(nce, x_all.shape[0], n_batches * world)
+        rows = distributed.shard_rows(nce) if world > 1 else None
+        chunks = _chunk_bounds(nce if rows is None else rows.stop - rows.start, n_batches)
         levels = label_levels(y_all)
         neighbours = NeighbourSampler(y_all, n_classes)
     scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
+    profiler = EpochProfiler(profile_epoch, nepochs, device)
 
     rng = torch.Generator(device=device)
-    rng.manual_seed(int(torch.randint(0, 2**62, (1,))))
+    # One seed for all processes: they draw the same factuals and keep disjoint shares of them.
+    rng.manual_seed(distributed.broadcast_int(int(torch.randint(0, 2**62, (1,))), device))
     run = {
         "objective": objective.name,
         "lambdas": list(objective.lambdas),
@@ -296,39 +353,55 @@ def counterfactual_training(
     log = TrainingLog(
         meta={**run, "nepochs": nepochs, "n_train": x_all.shape[0], "device": str(device)}
     )
+    if world > 1:
+        log.meta["world_size"] = world
+    if accumulate > 1:
+        log.meta["accumulate"] = accumulate
     start = 1
     if checkpoint_dir is not None:
         start = _resume(checkpoint_dir, run, model, optimizer, scaler, rng, train_loader, log)
+    train_model = distributed.wrap_model(model, device)
+    if not distributed.is_main():
+        verbose = 0
 
     progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
     for epoch in range(start, nepochs + 1):
-        t0 = time.perf_counter()
-        cf = None
-        if search and epoch > burnin_epochs:
-            cf = epoch_counterfactuals(
-                model, generator, x_all, y_all, nce, levels, neighbours, constraints,
-                domain, mutability, cf_batchsize, rng,
+        with profiler.over(epoch):
+            t0 = time.perf_counter()
+            cf = None
+            if search and epoch > burnin_epochs:
+                with profiler.region("search"):
+                    cf = epoch_counterfactuals(
+                        model, generator, x_all, y_all, nce, levels, neighbours, constraints,
+                        domain, mutability, cf_batchsize, rng, rows,
+                    )
+            model.train()
+            sums = _train_epoch(
+                train_model, objective, train_loader, optimizer, device, epoch, cf=cf,
+                chunks=chunks, fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
+                accumulate=accumulate, profiler=profiler,
             )
-        model.train()
-        sums = _train_epoch(
-            model, objective, train_loader, optimizer, device, epoch, cf=cf, chunks=chunks,
-            fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
-        )
-        synchronize(device)
-        time_taken = time.perf_counter() - t0
+            distributed.sync_buffers(model)
+            synchronize(device)
+            time_taken = distributed.max_over_ranks(time.perf_counter() - t0, device)
+        if epoch == profile_epoch:
+            log.meta["epoch_profile"] = profiler.report
 
         acc = acc_val = None
         if epoch % accuracy_every == 0:
-            acc = accuracy(model, x_all, y_all)
+            acc = distributed.global_accuracy(model, x_all, y_all)
             if val_loader is not None:
-                acc_val = accuracy(model, *(t.to(device) for t in training_tensors(val_loader)))
+                acc_val = distributed.global_accuracy(
+                    model, *(t.to(device) for t in training_tensors(val_loader))
+                )
         record = _record(epoch, acc, acc_val, time_taken, sums, cf)
         log.append(record)
-        if checkpoint_dir is not None:
+        if checkpoint_dir is not None and distributed.is_main():
             save_checkpoint(
                 {
                     "epoch": epoch,
                     "run": run,
+                    "world_size": world,
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "scaler": None if scaler is None else scaler.state_dict(),
@@ -351,23 +424,24 @@ def _record(
     sums: _EpochSums,
     cf: CounterfactualBatch | None,
 ) -> EpochRecord:
-    """The epoch's log entry: means over all batches; CT terms only when counterfactuals exist."""
+    """The epoch's log entry: means over all batches of all processes; CT terms only when
+    counterfactuals exist."""
+    total = sums.totals(cf)
+    batches = total["batches"]
     record = EpochRecord(
         epoch=epoch, acc=acc, acc_val=acc_val,
-        train_loss=float(sums.loss) / sums.batches if sums.batches else float("nan"),
+        train_loss=total["loss"] / batches if batches else float("nan"),
         implaus=None, reg_loss=None, adv_loss=None, time_taken=time_taken,
         percent_valid=1.0, avg_iter=0.0, skipped_batches=sums.skipped,
     )
     if cf is not None:
-        n_valid = int(cf.valid.sum())
-        record.implaus = sums.mean("implaus")
-        record.reg_loss = sums.mean("reg_loss")
-        record.adv_loss = sums.mean("adv_loss")
-        record.implaus_valid = (
-            float(sums.terms["implaus_valid_sum"]) / n_valid if n_valid else None
-        )
-        record.percent_valid = n_valid / cf.valid.shape[0]
-        record.avg_iter = float(cf.iterations.float().mean())
+        n_valid = total["n_valid"]
+        record.implaus = total["implaus"] / batches
+        record.reg_loss = total["reg_loss"] / batches
+        record.adv_loss = total["adv_loss"] / batches
+        record.implaus_valid = total["implaus_valid_sum"] / n_valid if n_valid else None
+        record.percent_valid = n_valid / total["n_cf"]
+        record.avg_iter = total["iterations"] / total["n_cf"]
     return record
 
 

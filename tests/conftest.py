@@ -41,7 +41,8 @@ class SmokeBook:
         """Arguments that point the pipeline at this build's folders (site: Quarto if on PATH)."""
         return [
             "--profile", "smoke", "--project-dir", str(REPO), "--data-dir", str(self.data_dir),
-            "--build-dir", str(self.build_dir), "--site-dir", str(self.site_dir), *extra,
+            "--build-dir", str(self.build_dir), "--site-dir", str(self.site_dir),
+            "--threads", "1", *extra,
         ]
 
 
@@ -94,3 +95,12 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that skip without CUDA carry the ``cuda`` marker, so ``pytest -m cuda`` (which
+    scripts/gpu-check.sh runs) selects exactly them."""
+    for item in items:
+        reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
+        if any("CUDA" in reason for reason in reasons):
+            item.add_marker(pytest.mark.cuda)

@@ -27,6 +27,7 @@ EXPECTED_CHECKS = {
     "setup": ("torch.equal(a, b)", "profile_table(PROFILES.values())"),
     "gpu": ("(x**2).sum()",),
     "mnist": ("data.x.shape[1]", "data.domain"),
+    "scaling": ("DeviceLoader(x, y, 3", "slurm_dry_run(2, 4"),
     "resnet": (
         "print(model.net.conv1)",
         "count_parameters(model)",

@@ -1,0 +1,141 @@
+"""Profiling, the scaling chapter's helpers and the chapter set-up, in one process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from distributed_worker import toy_data, toy_run
+
+from cfbook import distributed
+from cfbook.chapter import setup
+from cfbook.data import DeviceLoader
+from cfbook.log import save_log
+from cfbook.profiling import REGIONS, profile_markdown
+from cfbook.scaling import (
+    device_comparison_markdown,
+    launcher,
+    load_scaling_runs,
+    measure,
+    run_path,
+    scaling_figure,
+    scaling_markdown,
+    scaling_profiles,
+    stored_benchmark,
+)
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    torch.set_num_threads(1)
+    return toy_run("full", 30, nce=40, burnin=0.25, nepochs=4, profile_epoch=2)
+
+
+def test_profiled_epoch_splits_its_time_into_the_loops_parts(profiled):
+    _, log = profiled
+    report = log.meta["epoch_profile"]
+    assert report["epoch"] == 2
+    regions = report["regions_s"]
+    assert list(regions) == [*REGIONS, "bookkeeping"]
+    assert all(regions[name] > 0 for name in REGIONS)
+    assert sum(regions.values()) == pytest.approx(report["wall_s"], rel=1e-6)
+    # The profiled epoch is the logged one: its time is what the log records (plus overhead).
+    assert report["wall_s"] >= log[1].time_taken * 0.5
+    assert report["top_ops"] and all(op["calls"] > 0 for op in report["top_ops"])
+    text = profile_markdown(report)
+    assert "| search |" in text and "| bookkeeping |" in text
+
+
+def test_profiling_leaves_the_training_unchanged(profiled):
+    model, log = profiled
+    reference, log_ref = toy_run("full", 30, nce=40, burnin=0.25, nepochs=4)
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert [r.train_loss for r in log] == [r.train_loss for r in log_ref]
+
+
+@pytest.mark.parametrize("epoch", [0, 5, True])
+def test_profile_epoch_must_be_an_epoch_of_the_run(epoch):
+    with pytest.raises(ValueError, match=r"profile_epoch must be an epoch in 1..4"):
+        toy_run("vanilla", 30, nepochs=4, profile_epoch=epoch)
+
+
+@pytest.mark.parametrize("accumulate", [0, 1.5, True])
+def test_accumulate_must_be_a_positive_integer(accumulate):
+    with pytest.raises(ValueError, match="accumulate must be a positive integer"):
+        toy_run("vanilla", 30, nepochs=1, accumulate=accumulate)
+
+
+def test_training_refuses_a_loader_that_is_not_sharded_for_the_job(monkeypatch):
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
+    with pytest.raises(ValueError, match="not sharded for rank 1 of 2 processes"):
+        distributed.check_sharded(DeviceLoader(*toy_data(), 30))
+    distributed.check_sharded(DeviceLoader(*toy_data(), 30, rank=1, world_size=2))
+    with pytest.raises(ValueError, match="does not split evenly over 2 processes"):
+        distributed.loader_shard(33)
+    assert distributed.loader_shard(64) == {"batch_size": 32, "rank": 1, "world_size": 2}
+
+
+def test_launcher_uses_torchrun_only_for_several_processes():
+    assert launcher(1)[-1] == "-m" and "torch.distributed.run" not in launcher(1)
+    assert "--nproc_per_node=3" in launcher(3) and "--standalone" in launcher(3)
+
+
+def test_scaling_runs_are_read_back_by_process_count(tmp_path, profiled):
+    _, log = profiled
+    assert scaling_profiles(tmp_path) == []
+    assert "No scaling runs stored" in scaling_markdown({})
+    for processes, wall in ((2, 3.0), (1, 5.0)):
+        log.meta.update(processes=processes, wall_s=wall, threads=1, command="python -m ...")
+        save_log(log, run_path(tmp_path, "smoke", "full", processes))
+    assert scaling_profiles(tmp_path) == ["smoke"]
+    runs = load_scaling_runs("smoke", "full", data_dir=tmp_path)
+    assert list(runs) == [1, 2]
+    table = scaling_markdown(runs).splitlines()
+    assert len(table) == 4 and table[2].startswith("| 1 | 1 |") and "1.00x" in table[2]
+    figure = scaling_figure(runs, "title")
+    assert [trace.name for trace in figure.data] == ["1 process", "2 processes"]
+
+
+def test_stored_benchmark_blocks_and_device_comparison(tmp_path):
+    scaling = stored_benchmark("scaling", "cpu")
+    assert scaling is not None and scaling.startswith("### 7. Scaling")
+    assert stored_benchmark("no-such-benchmark") is None
+    text = device_comparison_markdown(tmp_path, profiles=("tutorial",))
+    assert "No stored run of `tutorial` yet" in text and "gpu-check.sh" in text
+
+
+def test_device_comparison_shows_stored_stage_logs(tmp_path):
+    data_dir = tmp_path / "data"
+    for mode in ("full", "vanilla"):
+        _, log = toy_run(mode, 30, nce=40, burnin=0.5, nepochs=2)
+        log.meta.update(config={"model": "mlp", "n": 120, "nce": 40}, device_name="CPU: test")
+        save_log(log, data_dir / "smoke" / f"{mode}.json")
+    table = device_comparison_markdown(data_dir, profiles=("smoke",))
+    assert "| `smoke` | CPU: test | mlp, 120, 40 |" in table
+
+
+def test_chapter_setup_resolves_the_parameters(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("CFBOOK_DEVICE", "cpu")
+    monkeypatch.delenv("CT_MODE", raising=False)
+    chapter = setup(None, "smoke", data_dir=tmp_path)
+    assert (chapter.mode, chapter.profile.name, chapter.device.type) == ("plot", "smoke", "cpu")
+    assert chapter.data_dir == tmp_path
+    assert capsys.readouterr().out.strip() == "CT_MODE=plot, profile=smoke, device=cpu"
+    with pytest.raises(AttributeError):
+        chapter.mode = "full"
+
+
+@pytest.mark.slow
+def test_measure_keeps_the_stage_log_with_its_command_and_wall_time(tmp_path):
+    from conftest import make_data_dir
+
+    data_dir = make_data_dir(tmp_path)
+    path = measure("smoke", "vanilla", 1, data_dir=data_dir, device="cpu")
+    assert path == run_path(data_dir, "smoke", "vanilla", 1)
+    (log,) = load_scaling_runs("smoke", "vanilla", data_dir=data_dir).values()
+    assert log.meta["processes"] == 1 and log.meta["wall_s"] > 0 and len(log) == 4
+    command = "python -m cfbook.train --profile smoke --mode vanilla --device cpu"
+    assert log.meta["command"] == command
+    assert "data/MNIST/raw" in log.meta["data_source"]  # relative: no machine paths in the log
+    assert not (data_dir / "smoke").exists()  # the profile's own logs are left alone
