@@ -7,7 +7,6 @@ import torch
 from distributed_worker import toy_data, toy_run
 
 from cfbook import distributed
-from cfbook.chapter import setup
 from cfbook.data import DeviceLoader
 from cfbook.log import save_log
 from cfbook.profiling import REGIONS, profile_markdown
@@ -113,17 +112,6 @@ def test_device_comparison_shows_stored_stage_logs(tmp_path):
         save_log(log, data_dir / "smoke" / f"{mode}.json")
     table = device_comparison_markdown(data_dir, profiles=("smoke",))
     assert "| `smoke` | CPU: test | mlp, 120, 40 |" in table
-
-
-def test_chapter_setup_resolves_the_parameters(monkeypatch, capsys, tmp_path):
-    monkeypatch.setenv("CFBOOK_DEVICE", "cpu")
-    monkeypatch.delenv("CT_MODE", raising=False)
-    chapter = setup(None, "smoke", data_dir=tmp_path)
-    assert (chapter.mode, chapter.profile.name, chapter.device.type) == ("plot", "smoke", "cpu")
-    assert chapter.data_dir == tmp_path
-    assert capsys.readouterr().out.strip() == "CT_MODE=plot, profile=smoke, device=cpu"
-    with pytest.raises(AttributeError):
-        chapter.mode = "full"
 
 
 @pytest.mark.slow
