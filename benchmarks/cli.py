@@ -9,7 +9,16 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import efficiency, memory, overhead, precision, speedup, syncs, throughput
+from benchmarks import (
+    efficiency,
+    fused,
+    memory,
+    overhead,
+    precision,
+    speedup,
+    syncs,
+    throughput,
+)
 from benchmarks.common import Context, Skipped, Table
 from benchmarks.config import FULL, QUICK
 from benchmarks.results import machine, render_block, write_block
@@ -24,6 +33,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "speedup": (speedup.TITLE, speedup.run),
     "precision": (precision.TITLE, precision.run),
     "syncs": (syncs.TITLE, syncs.run),
+    "fused": (fused.TITLE, fused.run),
 }
 
 

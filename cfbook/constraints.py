@@ -78,13 +78,13 @@ def infer_domain(x: Tensor) -> Tensor:
 def _domain_tensor(domain: Domain, n_features: int) -> Tensor:
     if isinstance(domain, Tensor):
         bounds = domain.detach().to("cpu", torch.float64)
+    elif (
+        isinstance(domain, tuple)
+        and len(domain) == 2
+        and all(isinstance(v, int | float) for v in domain)
+    ):
+        bounds = torch.tensor([domain], dtype=torch.float64).expand(n_features, 2)
     else:
-        if (
-            isinstance(domain, tuple)
-            and len(domain) == 2
-            and all(isinstance(v, int | float) for v in domain)
-        ):
-            domain = [domain] * n_features
         try:
             bounds = torch.tensor([tuple(pair) for pair in domain], dtype=torch.float64)
         except (TypeError, ValueError) as err:

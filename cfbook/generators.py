@@ -220,8 +220,9 @@ class NativeGenerator(SearchParameters):
             bounds = None if c.lower is None else (c.lower, c.upper)
             step_bounds = c.step_bounds(x0.dtype)
             scalars = settings.scalars(x0.device)
-            phis = torch.tensor([self.energy_weight(t) for t in range(self.maxiter)],
-                                dtype=torch.float32, device=x0.device)
+            # One 0-d tensor per iteration (not views of one tensor: a view is a costlier input).
+            phis = [torch.tensor(self.energy_weight(t), dtype=torch.float32, device=x0.device)
+                    for t in range(self.maxiter)]
 
         @torch.no_grad()
         def write_back() -> None:

@@ -445,3 +445,21 @@ def test_auto_compiles_large_searches_with_cheap_models_only():
     assert not compiled_step.use_fused(False, cheap, big, amp=None)
     with pytest.raises(ValueError, match="compile must be"):
         NativeGenerator(compile="always")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
+    model = small_mlp()
+    x, target = factuals(model)
+    slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1.0, 1.0),
+                                                mutability=MUTABILITY)
+    model, x, target = model.cuda(), x.cuda(), target.cuda()
+    kwargs = {"domain": (-1.0, 1.0), "mutability": MUTABILITY, "cf_batchsize": 20}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compiled step must really run on the GPU
+        fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, **kwargs)
+    eager = NativeGenerator(compile=False, tau=0.6).generate(model, x, target, **kwargs)
+    assert fast.counterfactual.is_cuda
+    assert_same_search(fast, eager)
+    assert torch.equal(fast.valid.cpu(), slow.valid)
+    assert torch.equal(fast.iterations.cpu(), slow.iterations)
