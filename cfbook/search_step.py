@@ -182,7 +182,8 @@ def fused_step(
         grad = grad.clamp(-largest, largest)
     grad = torch.where(grad != grad, 0.0, grad)  # NaN gradients become 0
     if with_cost:
-        grad = grad + lambda_cost * torch.sign(x - x0)
+        offset = x - x0  # lambda_cost * sign(offset), as two selects: fewer vector operations
+        grad = grad + torch.where(offset > 0, lambda_cost, torch.where(offset < 0, -lambda_cost, 0))
     step = grad * -step_size
     if step_bounds is not None:
         step = step.clamp(*step_bounds)
