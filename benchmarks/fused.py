@@ -245,8 +245,7 @@ def _epochs_child(spec: dict) -> dict:
     sizes = QUICK if spec["quick"] else FULL
     ctx = Context(torch.device(spec["device"]), spec["quick"], sizes)
     setup = sizes.training["mlp"]
-    trainer = Trainer(ctx, "mlp", FullObjective(), setup)
-    trainer.generator = NativeGenerator(maxiter=sizes.maxiter, compile=spec["compile"])
+    trainer = Trainer(ctx, "mlp", FullObjective(), setup, compile=spec["compile"])
     records = [trainer.epoch() for _ in range(spec["epochs"])]
     return {"times": [r.time_taken for r in records], "valid": records[-1].percent_valid,
             "graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}
