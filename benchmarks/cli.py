@@ -12,6 +12,7 @@ import torch
 from benchmarks import (
     efficiency,
     evaluation,
+    fused,
     memory,
     overhead,
     precision,
@@ -36,6 +37,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "syncs": (syncs.TITLE, syncs.run),
     "evaluation": (evaluation.TITLE, evaluation.run),
     "scaling": (scaling.TITLE, scaling.run),
+    "fused": (fused.TITLE, fused.run),
 }
 
 

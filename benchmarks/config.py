@@ -42,6 +42,13 @@ class Sizes:
     memory_nce_fixed: int
     precision_nce: dict[str, int]
     sync_nce: int
+    fused_n: dict[str, tuple[int, ...]]  # batch sizes of the compiled-step benchmark
+    fused_maxiter: dict[str, dict[int, int]]  # its iterations per model and batch size
+    fused_chunk: dict[str, int]  # cf_batchsize there (ResNet-18 activations bound the rows)
+    fused_threads: tuple[int, ...]  # torch CPU thread counts it compares
+    fused_one_thread_max: dict[str, int]  # largest N also timed with one thread (time box)
+    fused_heavy: dict[str, int]  # rows x iterations above which a case is timed once
+    fused_epochs: int  # training epochs per generator, the first one paying the compile
     min_repeats: int
     max_repeats: int
     budget_s: float  # time box of one side-by-side comparison (after its minimum repeats)
@@ -70,6 +77,15 @@ FULL = Sizes(
     memory_nce_fixed=512,
     precision_nce={"mlp": 1024, "resnet18": 32},
     sync_nce=256,
+    fused_n={"mlp": (100, 1024, 10000), "resnet18": (100, 1024, 10000)},
+    # ResNet-18 at 10,000 rows: one iteration (about 12 s a pass on two cores) keeps the run short.
+    fused_maxiter={"mlp": {100: 30, 1024: 30, 10000: 30},
+                   "resnet18": {100: 3, 1024: 2, 10000: 1}},
+    fused_chunk={"mlp": 10000, "resnet18": 1024},
+    fused_threads=(1, 2),
+    fused_one_thread_max={"mlp": 10000, "resnet18": 1024},
+    fused_heavy={"mlp": 10**9, "resnet18": 2000},
+    fused_epochs=8,
     min_repeats=3,
     max_repeats=7,
     budget_s=15.0,
@@ -97,6 +113,13 @@ QUICK = Sizes(
     memory_nce_fixed=128,
     precision_nce={"mlp": 256, "resnet18": 8},
     sync_nce=128,
+    fused_n={"mlp": (100, 1024), "resnet18": (16,)},
+    fused_maxiter={"mlp": {100: 10, 1024: 10}, "resnet18": {16: 1}},
+    fused_chunk={"mlp": 1024, "resnet18": 16},
+    fused_threads=(1, 2),
+    fused_one_thread_max={"mlp": 1024, "resnet18": 16},
+    fused_heavy={"mlp": 10**9, "resnet18": 0},
+    fused_epochs=3,
     min_repeats=2,
     max_repeats=3,
     budget_s=1.0,

@@ -22,6 +22,7 @@ from benchmarks.common import Context, Table, check, fmt_ratio, timed
 from benchmarks.config import MODEL_NAMES, TrainSetup
 from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, mnist, trained_model
+from cfbook.compiled_step import Compile
 from cfbook.data import DeviceLoader
 from cfbook.generators import NativeGenerator
 from cfbook.log import EpochRecord
@@ -37,7 +38,7 @@ class Trainer:
 
     def __init__(
         self, ctx: Context, name: str, objective: Objective, setup: TrainSetup,
-        amp: str | None = None,
+        amp: str | None = None, compile: Compile = "auto",
     ) -> None:
         data = mnist(ctx)
         x, y = data.x[: setup.n].to(ctx.device), data.y[: setup.n].to(ctx.device)
@@ -46,7 +47,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
         self.objective, self.setup, self.device, self.amp = objective, setup, ctx.device, amp
         # With amp the search runs under the same autocast as the training passes.
-        self.generator = NativeGenerator(maxiter=ctx.sizes.maxiter, amp=amp)
+        self.generator = NativeGenerator(maxiter=ctx.sizes.maxiter, amp=amp, compile=compile)
 
     def epoch(self) -> EpochRecord:
         """One epoch with counterfactuals from its start (no burn-in); its log record."""

@@ -46,6 +46,16 @@ class Constraints:
         no_down = self.immutable | self.increase_only
         return torch.where((step > 0) & no_up | (step < 0) & no_down, 0.0, step)
 
+    def step_bounds(self, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
+        """``mask_step`` as a per-feature clamp of the step: (0, inf) where a feature may only
+        increase, (-inf, 0) where it may only decrease, (0, 0) where it is immutable."""
+        if not self.has_mutability:
+            return None
+        inf = torch.full(self.immutable.shape, torch.inf, dtype=dtype, device=self.immutable.device)
+        no_up = self.immutable | self.decrease_only
+        no_down = self.immutable | self.increase_only
+        return torch.where(no_down, 0.0, -inf), torch.where(no_up, 0.0, inf)
+
     def protect_neighbours(self, neighbours: Tensor, counterfactuals: Tensor) -> Tensor:
         """Make neighbours keep the counterfactual's fixed features (edits neighbours, not CFs)."""
         if not self.has_mutability:
@@ -68,13 +78,13 @@ def infer_domain(x: Tensor) -> Tensor:
 def _domain_tensor(domain: Domain, n_features: int) -> Tensor:
     if isinstance(domain, Tensor):
         bounds = domain.detach().to("cpu", torch.float64)
+    elif (
+        isinstance(domain, tuple)
+        and len(domain) == 2
+        and all(isinstance(v, int | float) for v in domain)
+    ):
+        bounds = torch.tensor([domain], dtype=torch.float64).expand(n_features, 2)
     else:
-        if (
-            isinstance(domain, tuple)
-            and len(domain) == 2
-            and all(isinstance(v, int | float) for v in domain)
-        ):
-            domain = [domain] * n_features
         try:
             bounds = torch.tensor([tuple(pair) for pair in domain], dtype=torch.float64)
         except (TypeError, ValueError) as err:

@@ -8,18 +8,28 @@ against.
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor, nn
 
 from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
+from cfbook.compiled_step import (
+    Compile,
+    check_compile,
+    compiled_step,
+    mark_rows_dynamic,
+    use_fused,
+)
 from cfbook.constraints import Constraints, Domain, Mutability, make_constraints
-
-# Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
-ENERGY_RIDGE = 1e-3
+from cfbook.search_step import (
+    ENERGY_RIDGE,
+    StepSettings,
+    WorkingSet,
+    eager_step,
+    not_converged,
+)
 
 
 @dataclass
@@ -133,47 +143,6 @@ def _prepare(
     return x, target, make_constraints(domain, mutability, x.shape[1], device=device, dtype=x.dtype)
 
 
-def _not_converged(probs: Tensor, target: Tensor, tau: float) -> Tensor:
-    """Rows whose target probability has not reached ``tau``; a NaN probability never has (as in
-    CT.jl, where ``p >= tau`` is false for NaN)."""
-    return ~(probs.gather(1, target).squeeze(1) >= tau)
-
-
-def _update(
-    xw: Tensor,
-    x0w: Tensor,
-    dw: Tensor,
-    grad: Tensor,
-    active: Tensor,
-    nascent: Tensor,
-    c: Constraints,
-    lambda_cost: float,
-    step_size: float,
-    epsilon: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One step of the working set: cost gradient, masked descent, domain clamp, freezing of
-    converged rows, nascent tracking. Returns the new point, its offset from x0, and the nascent.
-
-    In place where possible and without a ``where`` over the iterate (converged rows get a zero
-    step instead): the eager CPU search is memory-bandwidth bound, so passes over N x D count.
-    """
-    grad = grad.nan_to_num_(nan=0.0)
-    if lambda_cost:
-        grad.add_(torch.sign(dw), alpha=lambda_cost)
-    row_step = active.to(grad.dtype).mul_(-step_size)
-    xw = c.mask_step(grad.mul_(row_step[:, None])).add_(xw)
-    if c.lower is not None:
-        xw.clamp_(c.lower, c.upper)
-    dw = xw - x0w
-    within = (dw.amax(1, keepdim=True) <= epsilon) & (dw.amin(1, keepdim=True) >= -epsilon)
-    return xw, dw, torch.where(within, xw, nascent)
-
-
-@functools.cache
-def _compiled_update() -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
-    return torch.compile(_update, dynamic=True)
-
-
 @dataclass(frozen=True)
 class NativeGenerator(SearchParameters):
     """Batched search: all samples step together, converged ones are frozen and, every
@@ -181,14 +150,22 @@ class NativeGenerator(SearchParameters):
 
     Inside the loop nothing waits for the device; the only host synchronisations are the
     compaction points. ``cf_batchsize`` bounds the rows searched at once (peak memory).
-    ``compile=True`` fuses each iteration's bookkeeping into one kernel with ``torch.compile``
-    (worth it when the model is cheap next to that bookkeeping, e.g. an MLP on a CPU).
+
+    ``compile`` picks how each iteration runs (the results agree to float rounding):
+
+    - ``"auto"`` (default): the compiled step (``cfbook.compiled_step``) where it pays, i.e. for
+      large searches with a cheap model such as the paper's MLP; the eager step otherwise.
+    - ``True``: the compiled step whenever the model and inputs allow it (float32 without
+      ``amp``, on a CPU or a CUDA GPU, at least two rows).
+    - ``False``: always the eager step: plain autograd, the path to debug with.
+
+    A model that fails to compile warns once and is searched eagerly from then on.
     """
 
     cf_batchsize: int | None = None
     compact_every: int = 5
     amp: str | None = None
-    compile: bool = False
+    compile: Compile = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -196,6 +173,7 @@ class NativeGenerator(SearchParameters):
             raise ValueError(f"cf_batchsize must be a positive int, got {self.cf_batchsize!r}")
         if self.compact_every < 1:
             raise ValueError(f"compact_every must be a positive int, got {self.compact_every!r}")
+        check_compile(self.compile)
 
     def settings(self) -> dict[str, float | int | str | None]:
         return {**super().settings(), "amp": self.amp}
@@ -221,70 +199,72 @@ class NativeGenerator(SearchParameters):
             ]
         return CounterfactualResult.cat(parts)
 
+    def _step_settings(self) -> StepSettings:
+        scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
+        return StepSettings(
+            self.tau, self.lambda_cost, self.step_size, self.epsilon, self.amp, scale
+        )
+
     def _search(
         self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
     ) -> CounterfactualResult:
-        n = x0.shape[0]
-        x, nascent = x0.clone(), x0.clone()
-        active = torch.ones(n, dtype=torch.bool, device=x0.device)
-        iterations = torch.zeros(n, dtype=torch.long, device=x0.device)
-        rows = torch.arange(n, device=x0.device)
-        # The working set: rows still being searched (all of them until the first compaction).
-        # dw = xw - x0w is kept between iterations: the cost term's sign and the nascent test
-        # share it.
-        xw, x0w, tw, aw, nw, iw = x, x0, target[:, None], active, nascent, iterations
-        dw = torch.zeros_like(x0)
-        scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
-        update = _compiled_update() if self.compile else _update
-        steps = (self.lambda_cost, self.step_size, self.epsilon)
+        fused = use_fused(self.compile, model, x0, self.amp)
+        # The working set holds the rows still searched (all of them until the first compaction).
+        ws = WorkingSet.start(x0, target, keep_offset=not fused)
+        if fused:
+            mark_rows_dynamic(ws)
+        x, nascent = ws.x, ws.nascent
+        active, iterations = ws.active, ws.iterations
+        settings = self._step_settings()
+        if fused:
+            bounds = None if c.lower is None else (c.lower, c.upper)
+            step_bounds = c.step_bounds(x0.dtype)
+            scalars = settings.scalars(x0.device)
+            # One 0-d tensor per iteration (not views of one tensor: a view is a costlier input).
+            phis = [torch.tensor(self.energy_weight(t), dtype=torch.float32, device=x0.device)
+                    for t in range(self.maxiter)]
 
         @torch.no_grad()
         def write_back() -> None:
-            x[rows], nascent[rows], active[rows], iterations[rows] = xw, nw, aw, iw
+            """Copy the working set into the chunk's buffers (where it does not share them)."""
+            for full, part in ((x, ws.x), (nascent, ws.nascent), (active, ws.active),
+                               (iterations, ws.iterations)):
+                if part is not full:
+                    full[ws.rows] = part
 
         compact_at = set(self.compaction_points())
         for t in range(self.maxiter):
             if t in compact_at:
-                keep = aw.nonzero().squeeze(1)  # host sync: only at compaction points
-                if keep.numel() < rows.numel():
+                keep = ws.active.nonzero().squeeze(1)  # host sync: only at compaction points
+                if keep.numel() < len(ws):
                     write_back()
-                    rows = rows[keep]
-                    xw, x0w, dw, tw, aw, nw, iw = (v[keep] for v in (xw, x0w, dw, tw, aw, nw, iw))
-                if not rows.numel():
+                    ws = ws.select(_at_least_two(keep, len(ws)) if fused else keep)
+                    if fused:
+                        mark_rows_dynamic(ws)
+                if not len(ws):
                     break
-            xw = xw.detach().requires_grad_(True)
-            with autocast(self.amp, x0.device):
-                logits = model(xw).float()
-            with torch.no_grad():
-                probs = logits.softmax(1)
-                aw = aw & _not_converged(probs, tw, self.tau)
-                # d(loss)/d(logits): cross-entropy p - onehot, plus the energy term on the target.
-                weight = self.energy_weight(t)
-                z_t = logits.gather(1, tw)
-                probs.scatter_add_(1, tw, -1.0 - weight * (1.0 - 2 * ENERGY_RIDGE * z_t))
-                if scale != 1.0:
-                    probs.mul_(scale)
-            (grad,) = torch.autograd.grad(logits, xw, probs)
-            with torch.no_grad():
-                grad = grad.float()
-                if scale != 1.0:
-                    grad.div_(scale)
-                xw, dw, nw = update(xw.detach(), x0w, dw, grad, aw, nw, c, *steps)
-                iw = iw + aw
-        if rows.numel():
+            if fused:
+                fused = compiled_step(model, ws, phis[t], scalars, bounds, step_bounds,
+                                      self.lambda_cost != 0)
+                if not fused:
+                    ws.offset = ws.x - ws.x0
+            if not fused:
+                eager_step(model, ws, self.energy_weight(t), c, settings)
+        if len(ws):
             with torch.no_grad(), autocast(self.amp, x0.device):
-                probs = model(xw).float().softmax(1)
-            aw = aw & _not_converged(probs, tw, self.tau)
+                probs = model(ws.x).float().softmax(1)
+            ws.active = ws.active & not_converged(probs, ws.target, self.tau)
         write_back()
-        # Rows that never stepped keep x0 exactly: the zero step still went through the clamp,
-        # which moves an x0 outside the domain (the reference never touches such a sample).
-        unmoved = (iterations == 0)[:, None]
-        x, nascent = torch.where(unmoved, x0, x), torch.where(unmoved, x0, nascent)
+        if not fused:
+            # Rows that never stepped keep x0 exactly: the eager zero step still went through the
+            # clamp, which moves an x0 outside the domain (the reference never touches it).
+            unmoved = (iterations == 0)[:, None]
+            x, nascent = torch.where(unmoved, x0, x), torch.where(unmoved, x0, nascent)
         if self.amp is not None:
             # Validity is a promise about the model as it is, in full precision.
             with torch.no_grad():
                 probs = model(x).float().softmax(1)
-            active = _not_converged(probs, target[:, None], self.tau)
+            active = not_converged(probs, target[:, None], self.tau)
         return CounterfactualResult(x, nascent, ~active, iterations)
 
     def compaction_points(self) -> list[int]:
@@ -292,6 +272,15 @@ class NativeGenerator(SearchParameters):
         the active set: early (1, 2, 4) for samples that converge at once, then every
         ``compact_every`` iterations."""
         return [t for t in range(1, self.maxiter) if t in (1, 2, 4) or t % self.compact_every == 0]
+
+
+def _at_least_two(keep: Tensor, n: int) -> Tensor:
+    """``keep`` with a second, frozen row when only one is left: the compiled step treats the row
+    count as a size, and a single row would be specialised and compiled again. The frozen row
+    takes a zero step and is written back unchanged."""
+    if keep.numel() != 1 or n < 2:
+        return keep
+    return torch.cat([keep, (keep + 1) % n])
 
 
 @dataclass(frozen=True)

@@ -42,3 +42,10 @@ def test_protect_neighbours():
     nb = torch.tensor([[0.0, 0.0, 0.0, 0.0]])
     assert c.protect_neighbours(nb, cf).tolist() == [[0.0, 0.5, 0.5, 0.0]]
     assert c.protect_neighbours(torch.ones(1, 4), cf).tolist() == [[1.0, 0.5, 1.0, 0.5]]
+
+
+def test_step_bounds_clamp_like_mask_step():
+    c = make_constraints(None, ["both", "none", "increase", "decrease"], 4, device="cpu")
+    step = torch.tensor([[0.5, 0.5, 0.5, 0.5], [-0.5, -0.5, -0.5, -0.5], [0.0, -0.0, 2.0, -3.0]])
+    assert torch.equal(step.clamp(*c.step_bounds(torch.float32)), c.mask_step(step))
+    assert make_constraints(None, ["both"] * 4, 4, device="cpu").step_bounds(torch.float32) is None

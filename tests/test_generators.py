@@ -1,10 +1,11 @@
 import math
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from cfbook import NativeGenerator, ReferenceGenerator
+from cfbook import NativeGenerator, ReferenceGenerator, compiled_step, generators
 from cfbook.generators import PAPER_SEARCH, SearchParameters
 
 N_FEATURES, N_CLASSES = 12, 4
@@ -30,23 +31,35 @@ def factuals(model: nn.Module, n: int = 48, seed: int = 1) -> tuple[torch.Tensor
     return x, target
 
 
+def assert_same_search(fast, slow, atol: float = 1e-5) -> None:
+    """Same points (to atol, NaN where the other has NaN), same validity, same iteration counts."""
+    for name in ("counterfactual", "nascent"):
+        torch.testing.assert_close(
+            getattr(fast, name), getattr(slow, name), atol=atol, rtol=0, equal_nan=True
+        )
+    assert torch.equal(fast.valid, slow.valid)
+    assert torch.equal(fast.iterations, slow.iterations)
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("mutability", [None, MUTABILITY])
 @pytest.mark.parametrize("compact_every,cf_batchsize", [(1, None), (5, None), (3, 7)])
-def test_native_agrees_with_reference(mutability, compact_every, cf_batchsize):
+def test_native_agrees_with_reference(compile, mutability, compact_every, cf_batchsize):
     model = small_mlp()
     x, target = factuals(model)
     kwargs = {"domain": [(-1.0, 1.0)] * N_FEATURES, "mutability": mutability}
     params = {"tau": 0.6, "maxiter": 30}
-    native = NativeGenerator(compact_every=compact_every, cf_batchsize=cf_batchsize, **params)
+    native = NativeGenerator(
+        compact_every=compact_every, cf_batchsize=cf_batchsize, compile=compile, **params
+    )
     fast = native.generate(model, x, target, **kwargs)
     slow = ReferenceGenerator(**params).generate(model, x, target, **kwargs)
-    # The scenario must exercise both outcomes and early stopping, or the comparison is weak.
+    # The scenario must exercise both outcomes and early stopping at several different steps,
+    # or the comparison is weak.
     assert 0 < int(slow.valid.sum()) < len(x)
     assert int(slow.iterations.min()) < params["maxiter"]
-    torch.testing.assert_close(fast.counterfactual, slow.counterfactual, atol=1e-5, rtol=0)
-    torch.testing.assert_close(fast.nascent, slow.nascent, atol=1e-5, rtol=0)
-    assert torch.equal(fast.valid, slow.valid)
-    assert torch.equal(fast.iterations, slow.iterations)
+    assert len(slow.iterations.unique()) >= 5
+    assert_same_search(fast, slow)
 
 
 @pytest.mark.parametrize("generator", [NativeGenerator(tau=0.6), ReferenceGenerator(tau=0.6)])
@@ -264,3 +277,189 @@ def test_two_search_steps_match_the_hand_computation(generator):
     assert res.iterations.tolist() == [2] and res.valid.tolist() == [True]
     torch.testing.assert_close(res.counterfactual, torch.tensor([expected]), atol=1e-6, rtol=0)
     torch.testing.assert_close(res.nascent, torch.tensor([expected]), atol=1e-6, rtol=0)
+
+
+# The compiled step (cfbook.compiled_step). All tests below share the small MLP, so the suite
+# compiles a handful of graphs (one per constraint layout), not one per test: the row count is
+# compiled as a size, and tau, lambdas and the energy weight are inputs, not constants.
+
+
+def _with_nan_rows(x: torch.Tensor) -> torch.Tensor:
+    """Two rows the model maps to NaN logits (a NaN feature): never converged, never moved."""
+    x = x.clone()
+    x[3, 2] = float("nan")
+    x[10, :] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("domain", [(-1.0, 1.0), None], ids=["domain", "no-domain"])
+def test_compiled_search_agrees_with_reference_on_nan_rows_and_chunks(domain):
+    model = small_mlp()
+    x, target = factuals(model)
+    x = _with_nan_rows(x)
+    params = {"tau": 0.6, "maxiter": 30}
+    # Chunks of 47 and 1 rows: the single row is searched eagerly (the compiled step needs two).
+    fast = NativeGenerator(compile=True, cf_batchsize=47, **params).generate(
+        model, x, target, domain=domain
+    )
+    slow = ReferenceGenerator(**params).generate(model, x, target, domain=domain)
+    assert not bool(slow.valid[[3, 10]].any()) and bool((slow.iterations[[3, 10]] == 30).all())
+    assert_same_search(fast, slow)
+    nan_rows = torch.isnan(x).any(1)
+    assert torch.equal(torch.isnan(fast.counterfactual), torch.isnan(x))  # NaN stays where it was
+    assert torch.equal(fast.nascent[nan_rows].nan_to_num(), x[nan_rows].nan_to_num())
+
+
+def test_compiled_search_pads_a_single_active_row(monkeypatch):
+    """At a compaction point where one row is left, a frozen row joins it (see _at_least_two);
+    the result must not show it."""
+    padded = []
+
+    def spy(keep, n):
+        kept = at_least_two(keep, n)
+        padded.append(kept.numel() > keep.numel())
+        return kept
+
+    at_least_two = generators._at_least_two
+    monkeypatch.setattr(generators, "_at_least_two", spy)
+    model = small_mlp()
+    x, _ = factuals(model, n=8)
+    with torch.no_grad():
+        logits = model(x)
+    # With four classes the predicted one has p >= 0.25 = tau: every row but the first, whose
+    # target is its least likely class, converges before its first step.
+    target = logits.argmax(1)
+    target[0] = logits[0].argmin()
+    params = {"tau": 0.25, "maxiter": 12}
+    fast = NativeGenerator(compile=True, **params).generate(model, x, target, domain=(-1.0, 1.0))
+    slow = ReferenceGenerator(**params).generate(model, x, target, domain=(-1.0, 1.0))
+    assert int(slow.iterations[0]) > 2 and bool((slow.iterations[1:] == 0).all())
+    assert any(padded)
+    assert_same_search(fast, slow)
+    assert torch.equal(fast.counterfactual[1:], x[1:])
+
+
+def test_compiled_search_reuses_its_graph_across_settings_and_sizes():
+    """A training run searches every epoch, with shrinking working sets: once compiled, new
+    sizes, tau, lambdas and step sizes must not compile again."""
+    model = small_mlp()
+    x, target = factuals(model)
+    NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1.0, 1.0))
+    other = small_mlp(seed=3)  # another model of the same architecture, as after an epoch
+    with warnings.catch_warnings(), torch.compiler.set_stance("fail_on_recompile"):
+        warnings.simplefilter("error")  # a recompile would fall back to eager with a warning
+        for n, settings in [(48, {"tau": 0.8}), (17, {"lambda_cost": 0.5, "step_size": 0.3}),
+                            (33, {"epsilon": 0.1, "maxiter": 40, "lambda_energy": 2.0})]:
+            NativeGenerator(compile=True, **settings).generate(
+                other, x[:n], target[:n], domain=(-1.0, 1.0)
+            )
+
+
+def test_compiled_search_runs_batchnorm_in_eval_mode():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                          nn.Linear(16, N_CLASSES))
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    x, target = factuals(model.eval())
+    before = model[1].running_mean.clone()
+    model.train()
+    fast = NativeGenerator(compile=True, tau=0.4).generate(model, x, target, domain=(-1.0, 1.0))
+    slow = ReferenceGenerator(tau=0.4).generate(model, x, target, domain=(-1.0, 1.0))
+    assert model.training and torch.equal(model[1].running_mean, before)
+    assert_same_search(fast, slow)
+
+
+def test_compiled_search_has_no_host_sync_per_iteration(monkeypatch):
+    model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
+    x, target = factuals(model)
+    gen = NativeGenerator(maxiter=30, compact_every=10, compile=True)
+    gen.generate(model, x, target)  # compiles outside the count
+    syncs = []
+    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "cpu", "nonzero", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compiled step must really run
+        res = gen.generate(model, x, target)
+    monkeypatch.undo()
+    assert int(res.iterations.min()) == 30
+    assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
+
+
+class _GraphBreak(nn.Module):
+    """An MLP whose forward leaves the graph (as data-dependent Python would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = small_mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return self.net(x)
+
+
+def test_a_model_that_cannot_be_compiled_falls_back_to_eager_with_a_warning():
+    model = _GraphBreak()
+    x, target = factuals(model)
+    with pytest.warns(RuntimeWarning, match="compiled search step failed for _GraphBreak"):
+        fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
+    slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1, 1))
+    assert_same_search(fast, slow)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the model is remembered: no second attempt, no warning
+        NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
+
+
+def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
+    def no_compiler():
+        def fail(*args, **kwargs):
+            raise RuntimeError("no working C++ compiler found")
+        return fail
+
+    monkeypatch.setattr(compiled_step, "_compiled", no_compiler)
+    model = small_mlp(seed=5)
+    x, target = factuals(model)
+    with pytest.warns(RuntimeWarning, match="no working C\\+\\+ compiler"):
+        fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
+    eager = NativeGenerator(compile=False, tau=0.6).generate(model, x, target, domain=(-1, 1))
+    assert_same_search(fast, eager, atol=0)
+
+
+def test_auto_compiles_large_searches_with_cheap_models_only():
+    cheap, costly = small_mlp(), nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(),
+                                               nn.Linear(4096, N_CLASSES))
+    big = torch.zeros(compiled_step.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
+    assert compiled_step.use_fused("auto", cheap, big, amp=None)
+    assert not compiled_step.use_fused("auto", cheap, big[:100], amp=None)  # too small to pay
+    assert not compiled_step.use_fused("auto", costly, big, amp=None)  # the model dominates
+    assert compiled_step.use_fused(True, cheap, big[:2], amp=None)
+    assert not compiled_step.use_fused(True, cheap, big[:1], amp=None)  # one row stays eager
+    assert not compiled_step.use_fused(True, cheap, big, amp="bf16")  # autocast stays eager
+    assert not compiled_step.use_fused(False, cheap, big, amp=None)
+    with pytest.raises(ValueError, match="compile must be"):
+        NativeGenerator(compile="always")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
+    model = small_mlp()
+    x, target = factuals(model)
+    slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1.0, 1.0),
+                                                mutability=MUTABILITY)
+    model, x, target = model.cuda(), x.cuda(), target.cuda()
+    kwargs = {"domain": (-1.0, 1.0), "mutability": MUTABILITY, "cf_batchsize": 20}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compiled step must really run on the GPU
+        fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, **kwargs)
+    eager = NativeGenerator(compile=False, tau=0.6).generate(model, x, target, **kwargs)
+    assert fast.counterfactual.is_cuda
+    assert_same_search(fast, eager)
+    assert torch.equal(fast.valid.cpu(), slow.valid)
+    assert torch.equal(fast.iterations.cpu(), slow.iterations)

@@ -1,0 +1,198 @@
+"""One iteration of the batched counterfactual search, in two interchangeable forms.
+
+Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
+
+- ``eager_step``: plain PyTorch with autograd, a handful of in-place kernels per iteration; it runs
+  any model, and it is the path to read and debug.
+- ``fused_step``: the same iteration as one pure function of tensors (model forward, input
+  gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be compiled whole
+  by ``torch.compile`` (``cfbook.compiled``). It writes its results into the working set's buffers
+  in place, so a compiled iteration allocates one gradient and nothing else.
+
+The two agree to float rounding; tests hold both to ``ReferenceGenerator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from cfbook.amp import autocast
+from cfbook.constraints import Constraints
+
+# Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
+ENERGY_RIDGE = 1e-3
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What one iteration needs besides the tensors."""
+
+    tau: float
+    lambda_cost: float
+    step_size: float
+    epsilon: float
+    amp: str | None
+    grad_scale: float  # fp16: logit gradients are scaled up before the backward pass
+
+    def scalars(self, device: torch.device) -> Tensor:
+        """(tau, lambda_cost, step_size, epsilon) as one float32 tensor, the form the fused step
+        takes: a compiled graph reads a tensor's values at run time, whereas Python floats
+        would be compiled in as constants (and a new tau would compile again). Float32 is also
+        the precision in which the eager step applies them to float32 tensors."""
+        values = [self.tau, self.lambda_cost, self.step_size, self.epsilon]
+        return torch.tensor(values, dtype=torch.float32, device=device)
+
+
+@dataclass
+class WorkingSet:
+    """The rows still searched, aligned: their position in the chunk and their search state.
+
+    ``offset`` (x - x0) is kept only by the eager step, which reuses it between iterations.
+    """
+
+    rows: Tensor
+    x: Tensor
+    x0: Tensor
+    target: Tensor  # (n, 1)
+    active: Tensor
+    nascent: Tensor
+    iterations: Tensor
+    offset: Tensor | None = None
+
+    @classmethod
+    def start(cls, x0: Tensor, target: Tensor, *, keep_offset: bool) -> WorkingSet:
+        n = x0.shape[0]
+        return cls(
+            rows=torch.arange(n, device=x0.device),
+            x=x0.clone(),
+            x0=x0,
+            target=target[:, None],
+            active=torch.ones(n, dtype=torch.bool, device=x0.device),
+            nascent=x0.clone(),
+            iterations=torch.zeros(n, dtype=torch.long, device=x0.device),
+            offset=torch.zeros_like(x0) if keep_offset else None,
+        )
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def select(self, keep: Tensor) -> WorkingSet:
+        """The rows ``keep`` (indices into this set), copied into fresh contiguous buffers."""
+        return WorkingSet(
+            *(None if (v := getattr(self, f.name)) is None else v[keep] for f in fields(self))
+        )
+
+
+def not_converged(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
+    """Rows whose target probability has not reached ``tau``; a NaN probability never has (as in
+    CT.jl, where ``p >= tau`` is false for NaN)."""
+    return ~(probs.gather(1, target).squeeze(1) >= tau)
+
+
+def logit_gradient(logits: Tensor, probs: Tensor, target: Tensor, phi: float | Tensor) -> Tensor:
+    """d(loss)/d(logits) per row: cross-entropy ``p - onehot`` plus the energy term
+    ``phi * (E + ENERGY_RIDGE * E^2)`` with ``E = -z_target``.
+
+    A ``where`` against the target column rather than a scatter: a compiler fuses it.
+    """
+    z_t = logits.gather(1, target)
+    is_target = torch.arange(logits.shape[1], device=logits.device) == target
+    return torch.where(is_target, probs + (-1.0 - phi * (1.0 - 2 * ENERGY_RIDGE * z_t)), probs)
+
+
+def eager_step(
+    model: nn.Module, ws: WorkingSet, phi: float, c: Constraints, s: StepSettings
+) -> None:
+    """One iteration with autograd and in-place kernels (any model, any device)."""
+    xw = ws.x.detach().requires_grad_(True)
+    with autocast(s.amp, xw.device):
+        logits = model(xw).float()
+    with torch.no_grad():
+        probs = logits.softmax(1)
+        ws.active = ws.active & not_converged(probs, ws.target, s.tau)
+        dlogits = logit_gradient(logits, probs, ws.target, phi)
+        if s.grad_scale != 1.0:
+            dlogits.mul_(s.grad_scale)
+    (grad,) = torch.autograd.grad(logits, xw, dlogits)
+    with torch.no_grad():
+        grad = grad.float()
+        if s.grad_scale != 1.0:
+            grad.div_(s.grad_scale)
+        _eager_update(ws, grad, c, s)
+        ws.iterations = ws.iterations + ws.active
+
+
+def _eager_update(ws: WorkingSet, grad: Tensor, c: Constraints, s: StepSettings) -> None:
+    """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking.
+
+    In place where possible and without a ``where`` over the iterate (converged rows get a zero
+    step instead): eager kernels are memory-bandwidth bound, so passes over N x D count.
+    """
+    grad = grad.nan_to_num_(nan=0.0)
+    if s.lambda_cost:
+        grad.add_(torch.sign(ws.offset), alpha=s.lambda_cost)
+    row_step = ws.active.to(grad.dtype).mul_(-s.step_size)
+    x = c.mask_step(grad.mul_(row_step[:, None])).add_(ws.x)
+    if c.lower is not None:
+        x.clamp_(c.lower, c.upper)
+    ws.x, ws.offset = x, x - ws.x0
+    eps = s.epsilon
+    within = (ws.offset.amax(1, keepdim=True) <= eps) & (ws.offset.amin(1, keepdim=True) >= -eps)
+    ws.nascent = torch.where(within, x, ws.nascent)
+
+
+def fused_step(
+    model: nn.Module,
+    x: Tensor,
+    x0: Tensor,
+    nascent: Tensor,
+    active: Tensor,
+    iterations: Tensor,
+    target: Tensor,
+    phi: Tensor,
+    scalars: Tensor,
+    bounds: tuple[Tensor, Tensor] | None,
+    step_bounds: tuple[Tensor, Tensor] | None,
+    with_cost: bool,
+) -> None:
+    """One iteration as a pure tensor program that updates ``x``, ``nascent``, ``active`` and
+    ``iterations`` in place (call it under ``torch.no_grad()``; float32, no autocast).
+
+    ``phi`` (the energy weight) and ``scalars`` (``StepSettings.scalars``) are 0-d and 1-d
+    tensors; ``with_cost`` says whether lambda_cost is non-zero.
+
+    Formulated for a fused kernel rather than for eager PyTorch: ``nan_to_num`` is a clamp and a
+    self-comparison, mutability is a per-feature clamp of the step (``step_bounds``: 0 where a
+    direction is forbidden, infinite elsewhere), ``x - x0`` is recomputed rather than stored, and
+    converged rows keep their point exactly (a select, not a zero step through the domain clamp),
+    so a factual that never steps needs no restoring afterwards.
+    """
+    tau, lambda_cost, step_size, epsilon = scalars.unbind()
+    logits, pullback = torch.func.vjp(model, x)
+    probs = logits.softmax(1)
+    still = active & not_converged(probs, target, tau)
+    (grad,) = pullback(logit_gradient(logits, probs, target, phi))
+    if bounds is None:
+        # nan_to_num's infinities become the largest float; with a domain the clamp below sends
+        # an infinite step to the same bound, so the pass is skipped.
+        largest = torch.finfo(grad.dtype).max
+        grad = grad.clamp(-largest, largest)
+    grad = torch.where(grad != grad, 0.0, grad)  # NaN gradients become 0
+    if with_cost:
+        offset = x - x0  # lambda_cost * sign(offset), as two selects: fewer vector operations
+        grad = grad + torch.where(offset > 0, lambda_cost, torch.where(offset < 0, -lambda_cost, 0))
+    step = grad * -step_size
+    if step_bounds is not None:
+        step = step.clamp(*step_bounds)
+    new = x + step
+    if bounds is not None:
+        new = new.clamp(*bounds)
+    new = torch.where(still[:, None], new, x)
+    within = (new - x0).abs().amax(1, keepdim=True) <= epsilon
+    nascent.copy_(torch.where(within, new, nascent))
+    x.copy_(new)
+    iterations.add_(still)
+    active.copy_(still)
