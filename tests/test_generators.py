@@ -84,6 +84,19 @@ def test_constraints_validity_and_nascent(generator):
     assert float((res.nascent - x).abs().amax()) <= generator.epsilon + 1e-6
     assert bool((res.iterations[~res.valid] == generator.maxiter).all())
 
+def count_host_syncs(monkeypatch) -> list[str]:
+    """From now on, every Tensor method that makes the host wait for the device is recorded."""
+    syncs: list[str] = []
+    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "cpu", "nonzero", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return syncs
+
 
 def test_search_runs_in_eval_mode_and_restores_mode():
     torch.manual_seed(0)
@@ -113,15 +126,7 @@ def test_converged_samples_stop_costing_compute():
 def test_no_host_sync_per_iteration(monkeypatch):
     model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
     x, target = factuals(model)
-    syncs = []
-    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "cpu", "nonzero", "numpy"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *args, _original=original, _name=name, **kwargs):
-            syncs.append(_name)
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    syncs = count_host_syncs(monkeypatch)
     gen = NativeGenerator(maxiter=30, compact_every=10)
     res = gen.generate(model, x, target)
     monkeypatch.undo()
@@ -376,15 +381,7 @@ def test_compiled_search_has_no_host_sync_per_iteration(monkeypatch):
     x, target = factuals(model)
     gen = NativeGenerator(maxiter=30, compact_every=10, compile=True)
     gen.generate(model, x, target)  # compiles outside the count
-    syncs = []
-    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "cpu", "nonzero", "numpy"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *args, _original=original, _name=name, **kwargs):
-            syncs.append(_name)
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    syncs = count_host_syncs(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the compiled step must really run
         res = gen.generate(model, x, target)
