@@ -148,11 +148,16 @@ def evaluation_text(quality: list[Comparison], robustness: list[Comparison]) -> 
     by_key = {row.key: row for row in (*quality, *robustness)}
     paragraphs = []
     ip = by_key["ip"]
-    if ip.ct_better:
+    if ip.ct_better and ip.clear:
         paragraphs.append(
             "**The claim held here:** the counterfactuals of the CT model lie closer to real "
             "digits of their target class (lower IP) than the baseline's, searched with the same "
             "generator from the same factuals.")
+    elif ip.ct_better:
+        paragraphs.append(
+            "**The claim is not settled here:** the CT model's counterfactuals lie slightly "
+            "closer to real digits of their target class (lower IP) than the baseline's, but by "
+            "less than the runs can tell apart from chance.")
     elif ip.ct_better is False:
         paragraphs.append(
             "**The claim did not hold here:** the CT model's counterfactuals are not closer to "
