@@ -8,6 +8,8 @@ against.
 from __future__ import annotations
 
 import contextlib
+import functools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
@@ -19,7 +21,9 @@ from cfbook.compiled_step import (
     Compile,
     check_compile,
     compiled_step,
+    counts_toward_compile,
     mark_rows_dynamic,
+    record_eager_search,
     use_fused,
 )
 from cfbook.constraints import Constraints, Domain, Mutability, make_constraints
@@ -154,7 +158,9 @@ class NativeGenerator(SearchParameters):
     ``compile`` picks how each iteration runs (the results agree to float rounding):
 
     - ``"auto"`` (default): the compiled step (``cfbook.compiled_step``) where it pays, i.e. for
-      large searches with a cheap model such as the paper's MLP; the eager step otherwise.
+      large searches with a cheap model such as the paper's MLP, once that model's eager
+      searches have taken ``AUTO_COMPILE_AFTER_S`` (10 s) in the process, so that only long
+      runs pay for the compile; the eager step otherwise.
     - ``True``: the compiled step whenever the model and inputs allow it (float32 without
       ``amp``, on a CPU or a CUDA GPU, at least two rows).
     - ``False``: always the eager step: plain autograd, the path to debug with.
@@ -209,26 +215,27 @@ class NativeGenerator(SearchParameters):
         self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
     ) -> CounterfactualResult:
         fused = use_fused(self.compile, model, x0, self.amp)
+        clock = (time.perf_counter() if not fused
+                 and counts_toward_compile(self.compile, model, x0, self.amp) else None)
         # The working set holds the rows still searched (all of them until the first compaction).
-        ws = WorkingSet.start(x0, target, keep_offset=not fused)
+        ws = WorkingSet.start(x0, target, fused=fused)
         if fused:
             mark_rows_dynamic(ws)
-        x, nascent = ws.x, ws.nascent
+        x, nascent, within = ws.x, ws.nascent, ws.within
         active, iterations = ws.active, ws.iterations
         settings = self._step_settings()
         if fused:
             bounds = None if c.lower is None else (c.lower, c.upper)
             step_bounds = c.step_bounds(x0.dtype)
             scalars = settings.scalars(x0.device)
-            # One 0-d tensor per iteration (not views of one tensor: a view is a costlier input).
-            phis = [torch.tensor(self.energy_weight(t), dtype=torch.float32, device=x0.device)
-                    for t in range(self.maxiter)]
+            phis = _energy_weights(tuple(map(self.energy_weight, range(self.maxiter))), x0.device)
+            checked = False  # whether this search's inputs have passed the compiled graph's guards
 
         @torch.no_grad()
         def write_back() -> None:
             """Copy the working set into the chunk's buffers (where it does not share them)."""
-            for full, part in ((x, ws.x), (nascent, ws.nascent), (active, ws.active),
-                               (iterations, ws.iterations)):
+            for full, part in ((x, ws.x), (nascent, ws.nascent), (within, ws.within),
+                               (active, ws.active), (iterations, ws.iterations)):
                 if part is not full:
                     full[ws.rows] = part
 
@@ -245,9 +252,10 @@ class NativeGenerator(SearchParameters):
                     break
             if fused:
                 fused = compiled_step(model, ws, phis[t], scalars, bounds, step_bounds,
-                                      self.lambda_cost != 0)
+                                      self.lambda_cost != 0, checked=checked)
+                checked = fused
                 if not fused:
-                    ws.offset = ws.x - ws.x0
+                    ws.to_eager()
             if not fused:
                 eager_step(model, ws, self.energy_weight(t), c, settings)
         if len(ws):
@@ -255,6 +263,10 @@ class NativeGenerator(SearchParameters):
                 probs = model(ws.x).float().softmax(1)
             ws.active = ws.active & not_converged(probs, ws.target, self.tau)
         write_back()
+        if clock is not None:
+            record_eager_search(model, time.perf_counter() - clock)
+        if within is not None:
+            nascent = torch.where(within[:, None], x, nascent)  # resolve the lazy nascent points
         if not fused:
             # Rows that never stepped keep x0 exactly: the eager zero step still went through the
             # clamp, which moves an x0 outside the domain (the reference never touches it).
@@ -272,6 +284,14 @@ class NativeGenerator(SearchParameters):
         the active set: early (1, 2, 4) for samples that converge at once, then every
         ``compact_every`` iterations."""
         return [t for t in range(1, self.maxiter) if t in (1, 2, 4) or t % self.compact_every == 0]
+
+
+@functools.lru_cache(maxsize=32)
+def _energy_weights(weights: tuple[float, ...], device: torch.device) -> tuple[Tensor, ...]:
+    """The compiled step's energy weights, one 0-d tensor per iteration (a view of one tensor
+    would be a costlier input), made once per schedule and device: thirty new tensors per search
+    cost as much as a compiled iteration of a small search."""
+    return tuple(torch.tensor(w, dtype=torch.float32, device=device) for w in weights)
 
 
 def _at_least_two(keep: Tensor, n: int) -> Tensor:

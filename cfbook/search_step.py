@@ -6,8 +6,9 @@ Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
   any model, and it is the path to read and debug.
 - ``fused_step``: the same iteration as one pure function of tensors (model forward, input
   gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be compiled whole
-  by ``torch.compile`` (``cfbook.compiled``). It writes its results into the working set's buffers
-  in place, so a compiled iteration allocates one gradient and nothing else.
+  by ``torch.compile`` (``cfbook.compiled_step``). It writes its results into the working set's
+  buffers in place, so a compiled iteration allocates one gradient and nothing else, and it
+  touches each N x D buffer once: one loop over the iterate per iteration.
 
 The two agree to float rounding; tests hold both to ``ReferenceGenerator``.
 """
@@ -51,6 +52,9 @@ class WorkingSet:
     """The rows still searched, aligned: their position in the chunk and their search state.
 
     ``offset`` (x - x0) is kept only by the eager step, which reuses it between iterations.
+    ``within`` (rows whose point lies within epsilon of x0) only by the fused step, whose
+    ``nascent`` is lazy: a row within epsilon has its point as its nascent point, so ``nascent``
+    holds only the last such point of rows that have left (``nascent_points`` resolves it).
     """
 
     rows: Tensor
@@ -61,9 +65,10 @@ class WorkingSet:
     nascent: Tensor
     iterations: Tensor
     offset: Tensor | None = None
+    within: Tensor | None = None
 
     @classmethod
-    def start(cls, x0: Tensor, target: Tensor, *, keep_offset: bool) -> WorkingSet:
+    def start(cls, x0: Tensor, target: Tensor, *, fused: bool) -> WorkingSet:
         n = x0.shape[0]
         return cls(
             rows=torch.arange(n, device=x0.device),
@@ -71,13 +76,28 @@ class WorkingSet:
             x0=x0,
             target=target[:, None],
             active=torch.ones(n, dtype=torch.bool, device=x0.device),
-            nascent=x0.clone(),
+            # A lazy nascent point is not used while its row lies within epsilon, where every
+            # row starts: the fused step needs no copy of x0 here.
+            nascent=torch.empty_like(x0) if fused else x0.clone(),
             iterations=torch.zeros(n, dtype=torch.long, device=x0.device),
-            offset=torch.zeros_like(x0) if keep_offset else None,
+            offset=None if fused else torch.zeros_like(x0),
+            within=torch.ones(n, dtype=torch.bool, device=x0.device) if fused else None,
         )
 
     def __len__(self) -> int:
         return self.rows.shape[0]
+
+    def nascent_points(self) -> Tensor:
+        """The nascent points, with the fused step's lazy ones resolved."""
+        if self.within is None:
+            return self.nascent
+        return torch.where(self.within[:, None], self.x, self.nascent)
+
+    def to_eager(self) -> None:
+        """Hand the search over from the fused step to the eager one (same results)."""
+        self.nascent = self.nascent_points()
+        self.within.zero_()  # nothing lazy is left; the flags stay for the write-back
+        self.offset = self.x - self.x0
 
     def select(self, keep: Tensor) -> WorkingSet:
         """The rows ``keep`` (indices into this set), copied into fresh contiguous buffers."""
@@ -149,6 +169,7 @@ def fused_step(
     x: Tensor,
     x0: Tensor,
     nascent: Tensor,
+    within: Tensor,
     active: Tensor,
     iterations: Tensor,
     target: Tensor,
@@ -158,8 +179,9 @@ def fused_step(
     step_bounds: tuple[Tensor, Tensor] | None,
     with_cost: bool,
 ) -> None:
-    """One iteration as a pure tensor program that updates ``x``, ``nascent``, ``active`` and
-    ``iterations`` in place (call it under ``torch.no_grad()``; float32, no autocast).
+    """One iteration as a pure tensor program that updates ``x``, ``nascent``, ``within``,
+    ``active`` and ``iterations`` in place (call it under ``torch.no_grad()``; float32, no
+    autocast). ``nascent`` is lazy (see ``WorkingSet``).
 
     ``phi`` (the energy weight) and ``scalars`` (``StepSettings.scalars``) are 0-d and 1-d
     tensors; ``with_cost`` says whether lambda_cost is non-zero.
@@ -168,7 +190,10 @@ def fused_step(
     self-comparison, mutability is a per-feature clamp of the step (``step_bounds``: 0 where a
     direction is forbidden, infinite elsewhere), ``x - x0`` is recomputed rather than stored, and
     converged rows keep their point exactly (a select, not a zero step through the domain clamp),
-    so a factual that never steps needs no restoring afterwards.
+    so a factual that never steps needs no restoring afterwards. The lazy nascent point needs only
+    the previous point's ``within``: storing it does not wait for the new point's distance (a
+    reduction over the row), so one loop reads x, x0, the gradient and ``nascent`` and writes x
+    and ``nascent``, where an eager nascent update would need a second loop.
     """
     tau, lambda_cost, step_size, epsilon = scalars.unbind()
     logits, pullback = torch.func.vjp(model, x)
@@ -191,8 +216,8 @@ def fused_step(
     if bounds is not None:
         new = new.clamp(*bounds)
     new = torch.where(still[:, None], new, x)
-    within = (new - x0).abs().amax(1, keepdim=True) <= epsilon
-    nascent.copy_(torch.where(within, new, nascent))
+    nascent.copy_(torch.where(within[:, None], x, nascent))
+    within.copy_((new - x0).abs().amax(1) <= epsilon)
     x.copy_(new)
     iterations.add_(still)
     active.copy_(still)

@@ -7,6 +7,7 @@ from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator, compiled_step, generators
 from cfbook.generators import PAPER_SEARCH, SearchParameters
+from cfbook.search_step import WorkingSet
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -429,19 +430,55 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     assert_same_search(fast, eager, atol=0)
 
 
-def test_auto_compiles_large_searches_with_cheap_models_only():
-    cheap, costly = small_mlp(), nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(),
-                                               nn.Linear(4096, N_CLASSES))
+def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_taken_long():
+    cheap, costly = small_mlp(seed=7), nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(),
+                                                     nn.Linear(4096, N_CLASSES))
     big = torch.zeros(compiled_step.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
+    assert compiled_step.counts_toward_compile("auto", cheap, big, amp=None)
+    assert not compiled_step.use_fused("auto", cheap, big, amp=None)  # no eager time yet
+    compiled_step.record_eager_search(cheap, compiled_step.AUTO_COMPILE_AFTER_S / 2)
+    assert not compiled_step.use_fused("auto", cheap, big, amp=None)
+    compiled_step.record_eager_search(cheap, compiled_step.AUTO_COMPILE_AFTER_S / 2)
     assert compiled_step.use_fused("auto", cheap, big, amp=None)
     assert not compiled_step.use_fused("auto", cheap, big[:100], amp=None)  # too small to pay
+    assert not compiled_step.counts_toward_compile("auto", cheap, big[:100], amp=None)
+    compiled_step.record_eager_search(costly, 2 * compiled_step.AUTO_COMPILE_AFTER_S)
     assert not compiled_step.use_fused("auto", costly, big, amp=None)  # the model dominates
+    assert not compiled_step.counts_toward_compile("auto", costly, big, amp=None)
     assert compiled_step.use_fused(True, cheap, big[:2], amp=None)
     assert not compiled_step.use_fused(True, cheap, big[:1], amp=None)  # one row stays eager
     assert not compiled_step.use_fused(True, cheap, big, amp="bf16")  # autocast stays eager
     assert not compiled_step.use_fused(False, cheap, big, amp=None)
+    assert not compiled_step.counts_toward_compile(False, cheap, big, amp=None)
     with pytest.raises(ValueError, match="compile must be"):
         NativeGenerator(compile="always")
+
+
+def test_auto_searches_eagerly_until_its_eager_searches_have_taken_long(monkeypatch):
+    """The default: a qualifying model's searches are eager, each adding its time to the
+    model's account, until the account reaches AUTO_COMPILE_AFTER_S; then they compile."""
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(True)
+        return step(*args, **kwargs)
+
+    step = generators.compiled_step
+    monkeypatch.setattr(generators, "compiled_step", spy)
+    monkeypatch.setattr(compiled_step, "AUTO_MIN_ELEMENTS", 0)
+    model = small_mlp(seed=8)
+    x, target = factuals(model)
+    gen = NativeGenerator(tau=0.6)  # compile="auto"
+    first = gen.generate(model, x, target)
+    assert not calls
+    spent = compiled_step._eager_seconds[model]
+    assert spent > 0
+    gen.generate(model, x, target)
+    assert not calls and compiled_step._eager_seconds[model] > spent  # still eager, counting
+    monkeypatch.setattr(compiled_step, "AUTO_COMPILE_AFTER_S", spent)
+    again = gen.generate(model, x, target)
+    assert calls  # compiled now
+    assert_same_search(again, first)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -460,3 +497,48 @@ def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
     assert_same_search(fast, eager)
     assert torch.equal(fast.valid.cpu(), slow.valid)
     assert torch.equal(fast.iterations.cpu(), slow.iterations)
+
+
+def test_compiled_lazy_nascent_points_match_the_reference():
+    """The fused step keeps nascent points lazily (see WorkingSet): rows still within epsilon at
+    the end, rows that have left it and rows written back at a compaction point must all come out
+    as the reference's."""
+    model = small_mlp(seed=2)
+    x, target = factuals(model, n=64)
+    params = {"tau": 0.6, "maxiter": 25, "epsilon": 0.5}
+    fast = NativeGenerator(compile=True, compact_every=2, **params).generate(model, x, target)
+    slow = ReferenceGenerator(**params).generate(model, x, target)
+    assert_same_search(fast, slow)
+    within = (slow.counterfactual - x).abs().amax(1) <= params["epsilon"]
+    moved = (slow.nascent != x).any(1)
+    assert bool(within.any()) and bool((~within & moved).any())  # both kinds of nascent point
+    assert bool((slow.iterations < params["maxiter"]).any())  # rows left at compaction points
+
+
+def test_compiled_searches_with_two_architectures_in_turn_each_get_their_own_graph():
+    """A search skips the graph's guards after its first iteration (compiled_step's ``checked``):
+    searches with another architecture, and then the first one again, must not run a wrong graph.
+    The other one has the same parameter shapes, which no size check in the graph would catch."""
+    torch.manual_seed(4)
+    tanh = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.Tanh(), nn.Linear(16, N_CLASSES))
+    for model in (small_mlp(), tanh, small_mlp(seed=1)):
+        x, target = factuals(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the compiled step must really run
+            fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+        assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
+
+
+def test_a_checked_call_that_needs_a_new_graph_retries_with_guards():
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(N_FEATURES, 8), nn.Tanh(), nn.Linear(8, N_CLASSES))
+    x, target = factuals(model, n=6)
+    ws = WorkingSet.start(x, target, fused=True)
+    compiled_step.mark_rows_dynamic(ws)
+    scalars = torch.tensor([0.99, 0.1, 0.1, 0.3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fall-back to eager
+        assert compiled_step.compiled_step(model, ws, torch.tensor(1.0), scalars, None, None,
+                                           True, checked=True)
+    assert torch.equal(ws.iterations, torch.ones(6, dtype=torch.long))
+    assert not torch.equal(ws.x, x)
