@@ -100,8 +100,8 @@ def _step_table(ctx: Context, targets: Table) -> Table:
         "eager: NativeGenerator(compile=False); compiled: compile=True (the MLP only: for "
         "ResNet-18 the model's passes are nearly all of the time, and compiling them would take "
         "minutes); auto compiles: whether compile='auto' (the default) compiles such searches, "
-        f"which it does once the model's eager searches have taken {AUTO_COMPILE_AFTER_S:.0f} s "
-        "in the process. All three include "
+        "which it does once the eager searches of the model's architecture have taken "
+        f"{AUTO_COMPILE_AFTER_S:.0f} s in the process. All three include "
         "the whole generate() call (argument checks, compaction reads, the final convergence "
         "check), which is why a search at maxiter 1-3 sits above its bare passes by about one "
         "extra forward pass.",
@@ -296,9 +296,10 @@ def _epoch_table(ctx: Context) -> Table:
         "has caught up.",
         "The search is one part of an epoch; its share, and so the saving per epoch, grows with "
         "nce (the paper's MNIST run searches 5,000 counterfactuals per epoch for 100 epochs).",
-        f"auto (the default) compiles once the model's eager searches have taken "
-        f"{AUTO_COMPILE_AFTER_S:.0f} s in the process: a run this short never pays the compile "
-        "(graphs compiled 0), a long one pays it once after at most that much eager searching.",
+        "auto (the default) compiles once the eager searches of the model's architecture have "
+        f"taken {AUTO_COMPILE_AFTER_S:.0f} s in the process: a run this short never pays the "
+        "compile (graphs compiled 0), a long one pays it once after at most that much eager "
+        "searching.",
     ]
     return table
 

@@ -6,10 +6,10 @@ instead of some twenty eager kernels and their temporaries. It pays where that b
 outweighs the model (small models, large batches) and when the compile, a few seconds per model
 architecture and process (about 20 s the first time on a machine, before the inductor cache is
 warm), is spread over many searches, as in a long training run that searches every epoch. So
-``compile="auto"`` searches a qualifying model eagerly until those searches have taken
-``AUTO_COMPILE_AFTER_S`` in the process, then compiles: a long run pays the compile once and at
-most about doubles what it spent before, and a short one, which would never earn it back, never
-pays it.
+``compile="auto"`` searches a qualifying model eagerly until the searches of its architecture
+have taken ``AUTO_COMPILE_AFTER_S`` in the process, then compiles: a long run pays the compile
+once and at most about doubles what it spent before, and a short one, which would never earn it
+back, never pays it.
 
 Shapes stay stable: the row dimension is compiled as dynamic, so compaction and chunks of any size
 reuse one graph, and a working set never shrinks below two rows (a size of one would be
@@ -40,14 +40,15 @@ AUTO_MIN_ELEMENTS = 2**18
 # ... and when the model's forward pass costs at most this many FLOPs per input feature and row
 # (an MLP 784-32-10: 65; ResNet-18 on MNIST: about 700,000, whose passes dwarf the bookkeeping).
 AUTO_MAX_FLOPS_PER_FEATURE = 512
-# ... once the model's eager searches that qualify have taken this long in the process (seconds).
+# ... once the eager searches of the model's architecture that qualify have taken this long in the
+# process (seconds).
 AUTO_COMPILE_AFTER_S = 10.0
 # Architectures (and constraint layouts) one process may compile before the step stays eager.
 RECOMPILE_LIMIT = 16
 
 _flops_per_row: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 _failed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-_eager_seconds: weakref.WeakKeyDictionary[nn.Module, float] = weakref.WeakKeyDictionary()
+_eager_seconds: dict[tuple, float] = {}  # per architecture (see _architecture)
 
 
 def check_compile(compile: object) -> Compile:
@@ -92,7 +93,8 @@ def use_fused(compile: Compile, model: nn.Module, x0: Tensor, amp: str | None) -
         return False
     if compile is True:
         return True
-    return _qualifies(model, x0) and _eager_seconds.get(model, 0.0) >= AUTO_COMPILE_AFTER_S
+    return (_qualifies(model, x0)
+            and _eager_seconds.get(_architecture(model), 0.0) >= AUTO_COMPILE_AFTER_S)
 
 
 def counts_toward_compile(compile: Compile, model: nn.Module, x0: Tensor,
@@ -102,8 +104,18 @@ def counts_toward_compile(compile: Compile, model: nn.Module, x0: Tensor,
 
 
 def record_eager_search(model: nn.Module, seconds: float) -> None:
-    """Add an eager search's wall time to the model's account (see ``counts_toward_compile``)."""
-    _eager_seconds[model] = _eager_seconds.get(model, 0.0) + seconds
+    """Add an eager search's wall time to its architecture's account (see
+    ``counts_toward_compile``)."""
+    key = _architecture(model)
+    _eager_seconds[key] = _eager_seconds.get(key, 0.0) + seconds
+
+
+def _architecture(model: nn.Module) -> tuple:
+    """What the account is kept for: the module types and parameter shapes. A compile serves
+    every model of an architecture, so a new model of one already searched long enough (the
+    next seed of an experiment, say) compiles at once, and reuses the graph if it exists."""
+    return (tuple(type(m).__qualname__ for m in model.modules()),
+            tuple(p.shape for p in model.parameters()))
 
 
 @functools.cache

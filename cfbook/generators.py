@@ -158,9 +158,9 @@ class NativeGenerator(SearchParameters):
     ``compile`` picks how each iteration runs (the results agree to float rounding):
 
     - ``"auto"`` (default): the compiled step (``cfbook.compiled_step``) where it pays, i.e. for
-      large searches with a cheap model such as the paper's MLP, once that model's eager
-      searches have taken ``AUTO_COMPILE_AFTER_S`` (10 s) in the process, so that only long
-      runs pay for the compile; the eager step otherwise.
+      large searches with a cheap model such as the paper's MLP, once the eager searches of
+      that model's architecture have taken ``AUTO_COMPILE_AFTER_S`` (10 s) in the process, so
+      that only long runs pay for the compile; the eager step otherwise.
     - ``True``: the compiled step whenever the model and inputs allow it (float32 without
       ``amp``, on a CPU or a CUDA GPU, at least two rows).
     - ``False``: always the eager step: plain autograd, the path to debug with.

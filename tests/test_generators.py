@@ -430,7 +430,10 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     assert_same_search(fast, eager, atol=0)
 
 
-def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_taken_long():
+def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_taken_long(
+    monkeypatch,
+):
+    monkeypatch.setattr(compiled_step, "_eager_seconds", {})  # an account of its own
     cheap, costly = small_mlp(seed=7), nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(),
                                                      nn.Linear(4096, N_CLASSES))
     big = torch.zeros(compiled_step.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
@@ -455,8 +458,8 @@ def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_take
 
 
 def test_auto_searches_eagerly_until_its_eager_searches_have_taken_long(monkeypatch):
-    """The default: a qualifying model's searches are eager, each adding its time to the
-    model's account, until the account reaches AUTO_COMPILE_AFTER_S; then they compile."""
+    """The default: a qualifying model's searches are eager, each adding its time to its
+    architecture's account, until the account reaches AUTO_COMPILE_AFTER_S; then they compile."""
     calls = []
 
     def spy(*args, **kwargs):
@@ -466,19 +469,24 @@ def test_auto_searches_eagerly_until_its_eager_searches_have_taken_long(monkeypa
     step = generators.compiled_step
     monkeypatch.setattr(generators, "compiled_step", spy)
     monkeypatch.setattr(compiled_step, "AUTO_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(compiled_step, "_eager_seconds", {})
     model = small_mlp(seed=8)
     x, target = factuals(model)
     gen = NativeGenerator(tau=0.6)  # compile="auto"
     first = gen.generate(model, x, target)
     assert not calls
-    spent = compiled_step._eager_seconds[model]
+    spent = compiled_step._eager_seconds[compiled_step._architecture(model)]
     assert spent > 0
     gen.generate(model, x, target)
-    assert not calls and compiled_step._eager_seconds[model] > spent  # still eager, counting
+    assert not calls  # still eager, and counting:
+    assert compiled_step._eager_seconds[compiled_step._architecture(model)] > spent
     monkeypatch.setattr(compiled_step, "AUTO_COMPILE_AFTER_S", spent)
     again = gen.generate(model, x, target)
     assert calls  # compiled now
     assert_same_search(again, first)
+    calls.clear()  # another model of the architecture (the next seed, say) compiles at once
+    gen.generate(small_mlp(seed=9), x, target)
+    assert calls
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
