@@ -32,6 +32,7 @@ from cfbook.search_step import (
     StepSettings,
     WorkingSet,
     eager_step,
+    nascent_points,
     not_converged,
 )
 
@@ -265,8 +266,7 @@ class NativeGenerator(SearchParameters):
         write_back()
         if clock is not None:
             record_eager_search(model, time.perf_counter() - clock)
-        if within is not None:
-            nascent = torch.where(within[:, None], x, nascent)  # resolve the lazy nascent points
+        nascent = nascent_points(x, nascent, within)
         if not fused:
             # Rows that never stepped keep x0 exactly: the eager zero step still went through the
             # clamp, which moves an x0 outside the domain (the reference never touches it).

@@ -87,15 +87,9 @@ class WorkingSet:
     def __len__(self) -> int:
         return self.rows.shape[0]
 
-    def nascent_points(self) -> Tensor:
-        """The nascent points, with the fused step's lazy ones resolved."""
-        if self.within is None:
-            return self.nascent
-        return torch.where(self.within[:, None], self.x, self.nascent)
-
     def to_eager(self) -> None:
         """Hand the search over from the fused step to the eager one (same results)."""
-        self.nascent = self.nascent_points()
+        self.nascent = nascent_points(self.x, self.nascent, self.within)
         self.within.zero_()  # nothing lazy is left; the flags stay for the write-back
         self.offset = self.x - self.x0
 
@@ -104,6 +98,14 @@ class WorkingSet:
         return WorkingSet(
             *(None if (v := getattr(self, f.name)) is None else v[keep] for f in fields(self))
         )
+
+
+def nascent_points(x: Tensor, nascent: Tensor, within: Tensor | None) -> Tensor:
+    """The nascent points, with the fused step's lazy ones resolved (``within`` None: none are
+    lazy)."""
+    if within is None:
+        return nascent
+    return torch.where(within[:, None], x, nascent)
 
 
 def not_converged(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:

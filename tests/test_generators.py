@@ -85,6 +85,7 @@ def test_constraints_validity_and_nascent(generator):
     assert float((res.nascent - x).abs().amax()) <= generator.epsilon + 1e-6
     assert bool((res.iterations[~res.valid] == generator.maxiter).all())
 
+
 def count_host_syncs(monkeypatch) -> list[str]:
     """From now on, every Tensor method that makes the host wait for the device is recorded."""
     syncs: list[str] = []
