@@ -1,26 +1,27 @@
 """The compiled search iteration: when it pays, how it is compiled, and the fall-back to eager.
 
-``torch.compile`` turns ``search_step.fused_step`` into one graph per iteration: the model's
-matrix products plus a few generated kernels (one loop over the iterate for the whole update),
-instead of some twenty eager kernels and their temporaries. It pays where that bookkeeping
-outweighs the model (small models, large batches) and when the compile, a few seconds per model
-architecture and process (about 20 s the first time on a machine, before the inductor cache is
-warm), is spread over many searches, as in a long training run that searches every epoch. So
-``compile="auto"`` searches a qualifying model eagerly until the searches of its architecture
-have taken ``AUTO_COMPILE_AFTER_S`` in the process, then compiles: a long run pays the compile
-once and at most about doubles what it spent before, and a short one, which would never earn it
-back, never pays it.
+``search_step.fused_step`` is traced into one graph per iteration (``make_fx``: the model as a pure
+function of its parameters, the input gradient, the update and the bookkeeping) and compiled by
+inductor: the model's matrix products plus a few generated kernels (one loop over the iterate for
+the whole update), instead of some twenty eager kernels and their temporaries. The graph is then
+called directly, without ``torch.compile``'s guards and frame handling, whose cost per call is a
+tenth of a small model's pass; ``compile_search`` checks once per search what guards would check on
+every call (the model's modules and tensors, the constraint layout, the thread count).
 
-Shapes stay stable: the row dimension is compiled as dynamic, so compaction and chunks of any size
-reuse one graph, and a working set never shrinks below two rows (a size of one would be
-specialised and compiled again). Since nothing else changes within a search, only its first
-iteration pays for the graph's guards.
+It pays where the bookkeeping outweighs the model (small models, large batches) and when the
+compile, a few seconds per model architecture and process (about 20 s the first time on a
+machine, before the inductor cache is warm), is spread over many searches, as in a long training
+run that searches every epoch. So ``compile="auto"`` searches a qualifying model eagerly until
+the searches of its architecture have taken ``AUTO_COMPILE_AFTER_S`` in the process, then
+compiles: a long run pays the compile once and at most about doubles what it spent before, and a
+short one, which would never earn it back, never pays it.
+
+Shapes stay stable: the row count is a symbol of the graph, so compaction and chunks of any size
+reuse it, and a working set never shrinks below two rows (the graph assumes at least two).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import warnings
 import weakref
 from collections.abc import Callable
@@ -28,6 +29,9 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils.flop_counter import FlopCounterMode
 
 from cfbook.search_step import WorkingSet, fused_step
@@ -43,8 +47,6 @@ AUTO_MAX_FLOPS_PER_FEATURE = 512
 # ... once the eager searches of the model's architecture that qualify have taken this long in the
 # process (seconds).
 AUTO_COMPILE_AFTER_S = 10.0
-# Architectures (and constraint layouts) one process may compile before the step stays eager.
-RECOMPILE_LIMIT = 16
 
 _flops_per_row: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 _failed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -111,63 +113,123 @@ def record_eager_search(model: nn.Module, seconds: float) -> None:
 
 
 def _architecture(model: nn.Module) -> tuple:
-    """What the account is kept for: the module types and parameter shapes. A compile serves
-    every model of an architecture, so a new model of one already searched long enough (the
-    next seed of an experiment, say) compiles at once, and reuses the graph if it exists."""
+    """What the account is kept for: the module types and parameter shapes. A new model of an
+    architecture already searched long enough (the next seed of an experiment, say) compiles at
+    once, and finds its graph in inductor's cache if the earlier model's graph is the same."""
     return (tuple(type(m).__qualname__ for m in model.modules()),
             tuple(p.shape for p in model.parameters()))
 
 
-@functools.cache
-def _compiled() -> Callable[..., None]:
-    return torch.compile(fused_step, fullgraph=True, recompile_limit=RECOMPILE_LIMIT)
+Step = Callable[[WorkingSet, Tensor, Tensor], None]
+
+# Per model: the compiled iterations, one per fingerprint and layout (see compile_search).
+_graphs: weakref.WeakKeyDictionary[nn.Module, dict[tuple, Callable[..., object]]] = (
+    weakref.WeakKeyDictionary()
+)
+_compiles = 0  # graphs compiled in the process
 
 
-def mark_rows_dynamic(ws: WorkingSet) -> None:
-    """Compile the row dimension as a size, not a constant, so compaction does not recompile."""
-    for t in (ws.x, ws.x0, ws.nascent, ws.within, ws.active, ws.iterations, ws.target):
-        torch._dynamo.maybe_mark_dynamic(t, 0)
+def graphs_compiled() -> int:
+    """How many graphs this process has compiled (traced and built or taken from inductor's
+    cache): benchmarks report it to show that nothing compiles epoch after epoch."""
+    return _compiles
 
 
-def compiled_step(
+def compile_search(
     model: nn.Module,
-    ws: WorkingSet,
-    phi: Tensor,
-    scalars: Tensor,
+    x0: Tensor,
     bounds: tuple[Tensor, Tensor] | None,
     step_bounds: tuple[Tensor, Tensor] | None,
     with_cost: bool,
-    *,
-    checked: bool = False,
-) -> bool:
-    """Run one compiled iteration on ``ws`` in place; False if the model cannot be compiled (the
-    caller then runs the eager step, for this and every later search with this model).
+) -> Step | None:
+    """The compiled iteration for searches of ``model`` from rows like ``x0`` (any row count of
+    at least two) under this constraint layout, compiled on first use; None, with a warning, if
+    the model cannot be compiled (the caller then searches eagerly, now and from then on).
 
-    Compilation happens before anything runs, so a failure leaves ``ws`` untouched.
-
-    ``checked``: an earlier iteration of the same search has passed the graph's guards. Its
-    inputs differ from this one's only in values and row count, which the graph takes as inputs,
-    so the guards (a few hundred checks on the model, the tensors and torch's global state, up to
-    0.2 ms a call on a 2-core CPU, a tenth of a small model's pass) are skipped. Should the call
-    still fail, it is retried with them.
+    The step writes into the working set's buffers in place: ``step(ws, phi, scalars)`` (see
+    ``search_step.fused_step``). Its inputs must be contiguous, as the search's buffers are.
     """
-    stance = (torch.compiler.set_stance(skip_guard_eval_unsafe=True) if checked
-              else contextlib.nullcontext())
-    try:
-        with torch.no_grad(), stance:
-            _compiled()(model, ws.x, ws.x0, ws.nascent, ws.within, ws.active, ws.iterations,
-                        ws.target, phi, scalars, bounds, step_bounds, with_cost)
-        return True
-    except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
-        if checked:  # e.g. a graph to compile, which a call without guards cannot do
-            return compiled_step(model, ws, phi, scalars, bounds, step_bounds, with_cost)
-        _failed.add(model)
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        warnings.warn(
-            f"cfbook: the compiled search step failed for {type(model).__name__} "
-            f"({type(err).__name__}: {reason}); searching with the eager step instead "
-            "(NativeGenerator(compile=False) skips the attempt)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return False
+    global _compiles
+    state = [*(p.detach() for p in model.parameters()), *model.buffers()]
+    constraints = [*(bounds or ()), *(step_bounds or ())]
+    key = (_fingerprint(model), x0.device, x0.shape[1], bounds is not None,
+           step_bounds is not None, with_cost, torch.get_num_threads(),
+           tuple((t.shape, t.stride(), t.dtype) for t in constraints))
+    graphs = _graphs.setdefault(model, {})
+    if key not in graphs:
+        try:
+            graphs[key] = _compile(model, state, x0, constraints, bounds is not None,
+                                   step_bounds is not None, with_cost)
+            _compiles += 1
+        except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
+            _failed.add(model)
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            warnings.warn(
+                f"cfbook: the compiled search step failed for {type(model).__name__} "
+                f"({type(err).__name__}: {reason}); searching with the eager step instead "
+                "(NativeGenerator(compile=False) skips the attempt)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+    graph = graphs[key]
+
+    def step(ws: WorkingSet, phi: Tensor, scalars: Tensor) -> None:
+        graph(*state, ws.x, ws.x0, ws.nascent, ws.within, ws.active, ws.iterations, ws.target,
+              phi, scalars, *constraints)
+
+    return step
+
+
+def _fingerprint(model: nn.Module) -> tuple:
+    """What a model's compiled graph assumed beyond its parameters' values: its modules, their
+    modes, and its parameters' and buffers' names and layouts. A search whose model differs
+    compiles again (no guard checks a compiled call)."""
+    tensors = (*model.named_parameters(), *model.named_buffers())
+    return (tuple((id(m), m.training) for m in model.modules()),
+            tuple((name, t.shape, t.stride(), t.dtype, t.device) for name, t in tensors))
+
+
+def _compile(
+    model: nn.Module,
+    state: list[Tensor],
+    x0: Tensor,
+    constraints: list[Tensor],
+    has_bounds: bool,
+    has_step_bounds: bool,
+    with_cost: bool,
+) -> Callable[..., object]:
+    """Trace ``fused_step`` with the model as a pure function of its parameters and buffers
+    (``make_fx``, row count symbolic) and compile the graph with inductor. Called directly, the
+    result skips what a ``torch.compile`` call costs on top (guards and frame handling, up to a
+    few tenths of a millisecond on a 2-core CPU: a tenth of a small model's pass)."""
+    names = [name for name, _ in (*model.named_parameters(), *model.named_buffers())]
+
+    def iteration(*args: Tensor) -> list[Tensor]:
+        values = dict(zip(names, args, strict=False))
+        x, x0, nascent, within, active, iterations, target, phi, scalars, *rest = args[len(names):]
+        bounds = (rest.pop(0), rest.pop(0)) if has_bounds else None
+        step_bounds = (rest[0], rest[1]) if has_step_bounds else None
+        fused_step(lambda v: torch.func.functional_call(model, values, (v,)), x, x0, nascent,
+                   within, active, iterations, target, phi, scalars, bounds, step_bounds,
+                   with_cost)
+        return []  # the results are the in-place updates
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic_rows = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+    rows_x0 = fake_mode.from_tensor(x0, symbolic_context=dynamic_rows)
+    n, d, device, dtype = rows_x0.shape[0], x0.shape[1], x0.device, x0.dtype
+    with fake_mode:  # the working set's buffers, all sharing the one row-count symbol
+        rows = [torch.empty(n, d, dtype=dtype, device=device), rows_x0,
+                torch.empty(n, d, dtype=dtype, device=device),
+                *(torch.empty(n, dtype=flags, device=device)
+                  for flags in (torch.bool, torch.bool, torch.long)),
+                torch.empty(n, 1, dtype=torch.long, device=device)]
+    fixed = [fake_mode.from_tensor(t, static_shapes=True) for t in state]
+    scalars = [fake_mode.from_tensor(torch.empty(shape, dtype=dtype, device=device),
+                                     static_shapes=True) for shape in ((), (4,))]
+    args = [*fixed, *rows, *scalars,
+            *(fake_mode.from_tensor(t, static_shapes=True) for t in constraints)]
+    with torch.no_grad():
+        graph = make_fx(iteration, tracing_mode="symbolic")(*args)
+        return torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")

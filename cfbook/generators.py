@@ -20,9 +20,8 @@ from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
 from cfbook.compiled_step import (
     Compile,
     check_compile,
-    compiled_step,
+    compile_search,
     counts_toward_compile,
-    mark_rows_dynamic,
     record_eager_search,
     use_fused,
 )
@@ -215,22 +214,23 @@ class NativeGenerator(SearchParameters):
     def _search(
         self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
     ) -> CounterfactualResult:
-        fused = use_fused(self.compile, model, x0, self.amp)
+        step = None
+        if use_fused(self.compile, model, x0, self.amp):
+            x0, target = x0.contiguous(), target.contiguous()  # as the graph assumes
+            bounds = None if c.lower is None else (c.lower, c.upper)
+            step_bounds = c.step_bounds(x0.dtype)
+            step = compile_search(model, x0, bounds, step_bounds, self.lambda_cost != 0)
+        fused = step is not None
         clock = (time.perf_counter() if not fused
                  and counts_toward_compile(self.compile, model, x0, self.amp) else None)
         # The working set holds the rows still searched (all of them until the first compaction).
         ws = WorkingSet.start(x0, target, fused=fused)
-        if fused:
-            mark_rows_dynamic(ws)
         x, nascent, within = ws.x, ws.nascent, ws.within
         active, iterations = ws.active, ws.iterations
         settings = self._step_settings()
         if fused:
-            bounds = None if c.lower is None else (c.lower, c.upper)
-            step_bounds = c.step_bounds(x0.dtype)
             scalars = settings.scalars(x0.device)
             phis = _energy_weights(tuple(map(self.energy_weight, range(self.maxiter))), x0.device)
-            checked = False  # whether this search's inputs have passed the compiled graph's guards
 
         @torch.no_grad()
         def write_back() -> None:
@@ -247,17 +247,12 @@ class NativeGenerator(SearchParameters):
                 if keep.numel() < len(ws):
                     write_back()
                     ws = ws.select(_at_least_two(keep, len(ws)) if fused else keep)
-                    if fused:
-                        mark_rows_dynamic(ws)
                 if not len(ws):
                     break
             if fused:
-                fused = compiled_step(model, ws, phis[t], scalars, bounds, step_bounds,
-                                      self.lambda_cost != 0, checked=checked)
-                checked = fused
-                if not fused:
-                    ws.to_eager()
-            if not fused:
+                with torch.no_grad():
+                    step(ws, phis[t], scalars)
+            else:
                 eager_step(model, ws, self.energy_weight(t), c, settings)
         if len(ws):
             with torch.no_grad(), autocast(self.amp, x0.device):

@@ -5,8 +5,8 @@ Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
 - ``eager_step``: plain PyTorch with autograd, a handful of in-place kernels per iteration; it runs
   any model, and it is the path to read and debug.
 - ``fused_step``: the same iteration as one pure function of tensors (model forward, input
-  gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be compiled whole
-  by ``torch.compile`` (``cfbook.compiled_step``). It writes its results into the working set's
+  gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be traced and
+  compiled whole (``cfbook.compiled_step``). It writes its results into the working set's
   buffers in place, so a compiled iteration allocates one gradient and nothing else, and it
   touches each N x D buffer once: one loop over the iterate per iteration.
 
@@ -15,6 +15,7 @@ The two agree to float rounding; tests hold both to ``ReferenceGenerator``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -86,12 +87,6 @@ class WorkingSet:
 
     def __len__(self) -> int:
         return self.rows.shape[0]
-
-    def to_eager(self) -> None:
-        """Hand the search over from the fused step to the eager one (same results)."""
-        self.nascent = nascent_points(self.x, self.nascent, self.within)
-        self.within.zero_()  # nothing lazy is left; the flags stay for the write-back
-        self.offset = self.x - self.x0
 
     def select(self, keep: Tensor) -> WorkingSet:
         """The rows ``keep`` (indices into this set), copied into fresh contiguous buffers."""
@@ -167,7 +162,7 @@ def _eager_update(ws: WorkingSet, grad: Tensor, c: Constraints, s: StepSettings)
 
 
 def fused_step(
-    model: nn.Module,
+    model: Callable[[Tensor], Tensor],
     x: Tensor,
     x0: Tensor,
     nascent: Tensor,

@@ -1,5 +1,7 @@
+import gc
 import math
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -7,7 +9,6 @@ from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator, compiled_step, generators
 from cfbook.generators import PAPER_SEARCH, SearchParameters
-from cfbook.search_step import WorkingSet
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -346,20 +347,64 @@ def test_compiled_search_pads_a_single_active_row(monkeypatch):
     assert torch.equal(fast.counterfactual[1:], x[1:])
 
 
-def test_compiled_search_reuses_its_graph_across_settings_and_sizes():
+def _count_compiles(monkeypatch) -> list[bool]:
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(True)
+        return compile_graph(*args, **kwargs)
+
+    compile_graph = compiled_step._compile
+    monkeypatch.setattr(compiled_step, "_compile", spy)
+    return calls
+
+
+def test_compiled_search_reuses_its_graph_across_settings_and_sizes(monkeypatch):
     """A training run searches every epoch, with shrinking working sets: once compiled, new
     sizes, tau, lambdas and step sizes must not compile again."""
     model = small_mlp()
     x, target = factuals(model)
     NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1.0, 1.0))
-    other = small_mlp(seed=3)  # another model of the same architecture, as after an epoch
-    with warnings.catch_warnings(), torch.compiler.set_stance("fail_on_recompile"):
-        warnings.simplefilter("error")  # a recompile would fall back to eager with a warning
+    compiles = _count_compiles(monkeypatch)
+    other = small_mlp(seed=3)  # another model of the same architecture: traced once more
+    for net in (model, other):
         for n, settings in [(48, {"tau": 0.8}), (17, {"lambda_cost": 0.5, "step_size": 0.3}),
                             (33, {"epsilon": 0.1, "maxiter": 40, "lambda_energy": 2.0})]:
-            NativeGenerator(compile=True, **settings).generate(
-                other, x[:n], target[:n], domain=(-1.0, 1.0)
-            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # the compiled step must really run
+                fast = NativeGenerator(compile=True, **settings).generate(
+                    net, x[:n], target[:n], domain=(-1.0, 1.0))
+            slow = ReferenceGenerator(**settings).generate(net, x[:n], target[:n],
+                                                            domain=(-1.0, 1.0))
+            assert_same_search(fast, slow)
+        assert len(compiles) == (net is other)
+
+
+def test_a_model_changed_after_its_compile_compiles_again():
+    """No guard checks a compiled call: a module swapped in after the compile (same parameter
+    shapes) must not run the old graph."""
+    model = small_mlp(seed=6)
+    x, target = factuals(model)
+    NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+    activation = next(i for i, m in enumerate(model) if not list(m.parameters()))
+    model[activation] = nn.Tanh()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compiled step must really run
+        fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+    assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
+
+
+def test_compiled_search_of_a_strided_batch_agrees_with_a_contiguous_one():
+    """The compiled step assumes contiguous rows and targets; views with other strides must be
+    searched as their contiguous copies are."""
+    model = small_mlp()
+    x, target = factuals(model)
+    strided = x.t().contiguous().t()
+    every_other = torch.stack([target, target.flip(0)], 1)[:, 0]
+    assert not strided.is_contiguous() and every_other.stride() == (2,)
+    gen = NativeGenerator(compile=True, tau=0.6)
+    assert_same_search(gen.generate(model, strided, every_other),
+                       gen.generate(model, x, target), atol=0)
 
 
 def test_compiled_search_runs_batchnorm_in_eval_mode():
@@ -392,22 +437,21 @@ def test_compiled_search_has_no_host_sync_per_iteration(monkeypatch):
     assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
 
 
-class _GraphBreak(nn.Module):
-    """An MLP whose forward leaves the graph (as data-dependent Python would)."""
+class _DataDependent(nn.Module):
+    """An MLP whose forward branches on the values of its input: no graph can hold it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.net = small_mlp()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        torch._dynamo.graph_break()
-        return self.net(x)
+        return self.net(x) if bool(x.abs().sum() >= 0) else -self.net(x)
 
 
 def test_a_model_that_cannot_be_compiled_falls_back_to_eager_with_a_warning():
-    model = _GraphBreak()
+    model = _DataDependent()
     x, target = factuals(model)
-    with pytest.warns(RuntimeWarning, match="compiled search step failed for _GraphBreak"):
+    with pytest.warns(RuntimeWarning, match="compiled search step failed for _DataDependent"):
         fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
     slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1, 1))
     assert_same_search(fast, slow)
@@ -417,12 +461,10 @@ def test_a_model_that_cannot_be_compiled_falls_back_to_eager_with_a_warning():
 
 
 def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
-    def no_compiler():
-        def fail(*args, **kwargs):
-            raise RuntimeError("no working C++ compiler found")
-        return fail
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no working C++ compiler found")
 
-    monkeypatch.setattr(compiled_step, "_compiled", no_compiler)
+    monkeypatch.setattr(compiled_step, "_compile", no_compiler)
     model = small_mlp(seed=5)
     x, target = factuals(model)
     with pytest.warns(RuntimeWarning, match="no working C\\+\\+ compiler"):
@@ -467,8 +509,8 @@ def test_auto_searches_eagerly_until_its_eager_searches_have_taken_long(monkeypa
         calls.append(True)
         return step(*args, **kwargs)
 
-    step = generators.compiled_step
-    monkeypatch.setattr(generators, "compiled_step", spy)
+    step = generators.compile_search
+    monkeypatch.setattr(generators, "compile_search", spy)
     monkeypatch.setattr(compiled_step, "AUTO_MIN_ELEMENTS", 0)
     monkeypatch.setattr(compiled_step, "_eager_seconds", {})
     model = small_mlp(seed=8)
@@ -525,9 +567,9 @@ def test_compiled_lazy_nascent_points_match_the_reference():
 
 
 def test_compiled_searches_with_two_architectures_in_turn_each_get_their_own_graph():
-    """A search skips the graph's guards after its first iteration (compiled_step's ``checked``):
-    searches with another architecture, and then the first one again, must not run a wrong graph.
-    The other one has the same parameter shapes, which no size check in the graph would catch."""
+    """No guard checks a compiled call: searches with another architecture, and then the first
+    one again, must not run a wrong graph. The other one has the same parameter shapes, which no
+    size check in the graph would catch."""
     torch.manual_seed(4)
     tanh = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.Tanh(), nn.Linear(16, N_CLASSES))
     for model in (small_mlp(), tanh, small_mlp(seed=1)):
@@ -538,16 +580,14 @@ def test_compiled_searches_with_two_architectures_in_turn_each_get_their_own_gra
         assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
 
 
-def test_a_checked_call_that_needs_a_new_graph_retries_with_guards():
-    torch.manual_seed(5)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 8), nn.Tanh(), nn.Linear(8, N_CLASSES))
-    x, target = factuals(model, n=6)
-    ws = WorkingSet.start(x, target, fused=True)
-    compiled_step.mark_rows_dynamic(ws)
-    scalars = torch.tensor([0.99, 0.1, 0.1, 0.3])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no fall-back to eager
-        assert compiled_step.compiled_step(model, ws, torch.tensor(1.0), scalars, None, None,
-                                           True, checked=True)
-    assert torch.equal(ws.iterations, torch.ones(6, dtype=torch.long))
-    assert not torch.equal(ws.x, x)
+def test_a_compiled_model_is_freed_with_its_graphs():
+    """The graphs are kept per model, weakly: a training script that builds a model per seed
+    must not keep every model (and its graph) alive."""
+    model = small_mlp(seed=11)
+    x, target = factuals(model)
+    NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+    assert model in compiled_step._graphs
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
