@@ -29,9 +29,6 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils.flop_counter import FlopCounterMode
 
 from cfbook.search_step import WorkingSet, fused_step
@@ -81,10 +78,17 @@ def _supported(model: nn.Module, x0: Tensor, amp: str | None) -> bool:
     )
 
 
+def compiler_available() -> bool:
+    """Whether this torch can build the compiled step (``standalone_compile``, torch 2.8 and
+    later). Without it ``compile="auto"`` searches eagerly; ``compile=True`` warns and does."""
+    return torch.torch_version.TorchVersion(torch.__version__) >= "2.8"
+
+
 def _qualifies(model: nn.Module, x0: Tensor) -> bool:
     """A search big enough, with a model cheap enough, for the compiled step to be faster."""
     return (
-        x0.numel() >= AUTO_MIN_ELEMENTS
+        compiler_available()
+        and x0.numel() >= AUTO_MIN_ELEMENTS
         and forward_flops(model, x0) <= AUTO_MAX_FLOPS_PER_FEATURE * x0.shape[1]
     )
 
@@ -183,10 +187,11 @@ def compile_search(
 
 def _fingerprint(model: nn.Module) -> tuple:
     """What a model's compiled graph assumed beyond its parameters' values: its modules, their
-    modes, and its parameters' and buffers' names and layouts. A search whose model differs
-    compiles again (no guard checks a compiled call)."""
+    modes and forward hooks, and its parameters' and buffers' names and layouts. A search whose
+    model differs compiles again (no guard checks a compiled call)."""
     tensors = (*model.named_parameters(), *model.named_buffers())
-    return (tuple((id(m), m.training) for m in model.modules()),
+    return (tuple((id(m), m.training, *m._forward_pre_hooks, *m._forward_hooks)
+                  for m in model.modules()),
             tuple((name, t.shape, t.stride(), t.dtype, t.device) for name, t in tensors))
 
 
@@ -203,6 +208,15 @@ def _compile(
     (``make_fx``, row count symbolic) and compile the graph with inductor. Called directly, the
     result skips what a ``torch.compile`` call costs on top (guards and frame handling, up to a
     few tenths of a millisecond on a 2-core CPU: a tenth of a small model's pass)."""
+    # Imported here: they add most of a second to importing cfbook, and only a compile needs them.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
     names = [name for name, _ in (*model.named_parameters(), *model.named_buffers())]
 
     def iteration(*args: Tensor) -> list[Tensor]:
@@ -232,4 +246,8 @@ def _compile(
             *(fake_mode.from_tensor(t, static_shapes=True) for t in constraints)]
     with torch.no_grad():
         graph = make_fx(iteration, tracing_mode="symbolic")(*args)
-        return torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")
+        compiled = torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")
+    if fake_mode.shape_env.guards:  # nothing would check them at a call: refuse the graph
+        raise RuntimeError("the graph holds only for some row counts: "
+                           + fake_mode.shape_env.format_guards().replace("\n", ";"))
+    return compiled

@@ -394,6 +394,16 @@ def test_a_model_changed_after_its_compile_compiles_again():
     assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
 
 
+def test_a_forward_hook_added_after_the_compile_compiles_again():
+    model = small_mlp(seed=12)
+    x, target = factuals(model)
+    NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+    model.register_forward_hook(lambda module, args, out: 3 * out)  # sharper probabilities
+    fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+    slow = ReferenceGenerator(tau=0.6).generate(model, x, target)
+    assert_same_search(fast, slow)
+
+
 def test_compiled_search_of_a_strided_batch_agrees_with_a_contiguous_one():
     """The compiled step assumes contiguous rows and targets; views with other strides must be
     searched as their contiguous copies are."""
@@ -496,6 +506,9 @@ def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_take
     assert not compiled_step.use_fused(True, cheap, big, amp="bf16")  # autocast stays eager
     assert not compiled_step.use_fused(False, cheap, big, amp=None)
     assert not compiled_step.counts_toward_compile(False, cheap, big, amp=None)
+    monkeypatch.setattr(compiled_step, "compiler_available", lambda: False)  # torch < 2.8
+    assert not compiled_step.counts_toward_compile("auto", cheap, big, amp=None)
+    assert not compiled_step.use_fused("auto", cheap, big, amp=None)
     with pytest.raises(ValueError, match="compile must be"):
         NativeGenerator(compile="always")
 
