@@ -31,7 +31,7 @@ from benchmarks.common import (
 )
 from benchmarks.config import CONVERGING_SEARCH, MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
-from cfbook.compiled_step import AUTO_COMPILE_AFTER_S, record_eager_search
+from cfbook.compiled_step import AUTO_COMPILE_AFTER_STEPS, record_eager_search
 from cfbook.generators import CounterfactualResult, NativeGenerator
 from cfbook.models import N_FEATURES
 
@@ -122,9 +122,9 @@ def run(ctx: Context) -> list[Table]:
     targets = Table("Targets", ["target", "measured", "status", "why not"])
     for name in MODEL_NAMES:
         model = trained_model(ctx, name)
-        # compile='auto' in its steady state, as in a run whose eager searches have taken long
-        # enough for it to compile (it never compiles ResNet-18).
-        record_eager_search(model, AUTO_COMPILE_AFTER_S)
+        # compile='auto' in its steady state, as in a run whose eager searches have carried
+        # enough steps for it to compile (it never compiles ResNet-18).
+        record_eager_search(model, ctx.device, AUTO_COMPILE_AFTER_STEPS[ctx.device.type])
         n = sizes.efficiency_batch[name]
         x, target = factuals(ctx, model, n)
         grad_out = torch.randn(n, 10, generator=torch.Generator().manual_seed(1)).to(ctx.device)

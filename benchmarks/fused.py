@@ -33,7 +33,7 @@ from benchmarks.config import FULL, MODEL_NAMES, QUICK
 from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, factuals, fresh_model, trained_model
 from benchmarks.overhead import Trainer
-from cfbook.compiled_step import AUTO_COMPILE_AFTER_S, counts_toward_compile, graphs_compiled
+from cfbook.compiled_step import AUTO_COMPILE_AFTER_STEPS, counts_toward_compile, graphs_compiled
 from cfbook.generators import NativeGenerator
 from cfbook.objectives import FullObjective
 
@@ -100,8 +100,9 @@ def _step_table(ctx: Context, targets: Table) -> Table:
         "eager: NativeGenerator(compile=False); compiled: compile=True (the MLP only: for "
         "ResNet-18 the model's passes are nearly all of the time, and compiling them would take "
         "minutes); auto compiles: whether compile='auto' (the default) compiles such searches, "
-        "which it does once the eager searches of the model's architecture have taken "
-        f"{AUTO_COMPILE_AFTER_S:.0f} s in the process. All three include "
+        "which it does once the eager searches of the model's architecture have carried "
+        f"{AUTO_COMPILE_AFTER_STEPS[ctx.device.type]:,} counterfactual-steps in the process "
+        "(in brackets: the eager seconds that took in this row). All three include "
         "the whole generate() call (argument checks, compaction reads, the final convergence "
         "check), which is why a search at maxiter 1-3 sits above its bare passes by about one "
         "extra forward pass.",
@@ -129,7 +130,6 @@ def _step_row(
     if name == "mlp":
         gens["compiled"] = NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=True)
     auto = counts_toward_compile("auto", model, x[:chunk], None)
-    path = f"after {AUTO_COMPILE_AFTER_S:.0f} s" if auto else "never"
     heavy = n * maxiter > ctx.sizes.fused_heavy[name]
     cases = {k: Case(partial(g.generate, model, x, target, **kwargs),
                      warmup=partial(g.generate, model, x[:chunk], target[:chunk], **kwargs))
@@ -140,6 +140,9 @@ def _step_row(
                            min_repeats=1 if heavy else None, max_repeats=1 if heavy else None)
     bare = timings["bare"].median
     eager = timings["eager"].median
+    steps = AUTO_COMPILE_AFTER_STEPS[ctx.device.type]
+    path = (f"after {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)" if auto
+            else "never")
     compiled = timings["compiled"].median if "compiled" in timings else None
     table.add(
         name, n, threads, maxiter, path,
@@ -301,9 +304,9 @@ def _epoch_table(ctx: Context) -> Table:
         "The search is one part of an epoch; its share, and so the saving per epoch, grows with "
         "nce (the paper's MNIST run searches 5,000 counterfactuals per epoch for 100 epochs).",
         "auto (the default) compiles once the eager searches of the model's architecture have "
-        f"taken {AUTO_COMPILE_AFTER_S:.0f} s in the process: a run this short never pays the "
-        "compile (graphs compiled 0), a long one pays it once after at most that much eager "
-        "searching.",
+        f"carried {AUTO_COMPILE_AFTER_STEPS[ctx.device.type]:,} counterfactual-steps in the "
+        "process: a run this short never pays the compile (graphs compiled 0), a long one pays "
+        "it once after that much eager searching.",
     ]
     return table
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
@@ -159,8 +158,9 @@ class NativeGenerator(SearchParameters):
 
     - ``"auto"`` (default): the compiled step (``cfbook.compiled_step``) where it pays, i.e. for
       large searches with a cheap model such as the paper's MLP, once the eager searches of
-      that model's architecture have taken ``AUTO_COMPILE_AFTER_S`` (10 s) in the process, so
-      that only long runs pay for the compile; the eager step otherwise.
+      that model's architecture have carried ``AUTO_COMPILE_AFTER_STEPS`` counterfactual-steps
+      in the process (on a 2-core CPU about 10 s of searching), so that only long runs pay for
+      the compile; the eager step otherwise.
     - ``True``: the compiled step whenever the model and inputs allow it (float32 without
       ``amp``, on a CPU or a CUDA GPU, at least two rows).
     - ``False``: always the eager step: plain autograd, the path to debug with.
@@ -221,8 +221,8 @@ class NativeGenerator(SearchParameters):
             step_bounds = c.step_bounds(x0.dtype)
             step = compile_search(model, x0, bounds, step_bounds, self.lambda_cost != 0)
         fused = step is not None
-        clock = (time.perf_counter() if not fused
-                 and counts_toward_compile(self.compile, model, x0, self.amp) else None)
+        counting = not fused and counts_toward_compile(self.compile, model, x0, self.amp)
+        carried = 0  # rows carried, summed over the iterations: the account "auto" keeps
         # The working set holds the rows still searched (all of them until the first compaction).
         ws = WorkingSet.start(x0, target, fused=fused)
         x, nascent, within = ws.x, ws.nascent, ws.within
@@ -254,13 +254,14 @@ class NativeGenerator(SearchParameters):
                     step(ws, phis[t], scalars)
             else:
                 eager_step(model, ws, self.energy_weight(t), c, settings)
+            carried += len(ws)
         if len(ws):
             with torch.no_grad(), autocast(self.amp, x0.device):
                 probs = model(ws.x).float().softmax(1)
             ws.active = ws.active & not_converged(probs, ws.target, self.tau)
         write_back()
-        if clock is not None:
-            record_eager_search(model, time.perf_counter() - clock)
+        if counting:
+            record_eager_search(model, x0.device, carried)
         nascent = nascent_points(x, nascent, within)
         if not fused:
             # Rows that never stepped keep x0 exactly: the eager zero step still went through the

@@ -486,19 +486,22 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
 def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_taken_long(
     monkeypatch,
 ):
-    monkeypatch.setattr(compiled_step, "_eager_seconds", {})  # an account of its own
+    monkeypatch.setattr(compiled_step, "_eager_steps", {})  # an account of its own
+    cpu, after = torch.device("cpu"), compiled_step.AUTO_COMPILE_AFTER_STEPS["cpu"]
     cheap, costly = small_mlp(seed=7), nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(),
                                                      nn.Linear(4096, N_CLASSES))
     big = torch.zeros(compiled_step.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
     assert compiled_step.counts_toward_compile("auto", cheap, big, amp=None)
     assert not compiled_step.use_fused("auto", cheap, big, amp=None)  # no eager time yet
-    compiled_step.record_eager_search(cheap, compiled_step.AUTO_COMPILE_AFTER_S / 2)
+    compiled_step.record_eager_search(cheap, cpu, after // 2)
     assert not compiled_step.use_fused("auto", cheap, big, amp=None)
-    compiled_step.record_eager_search(cheap, compiled_step.AUTO_COMPILE_AFTER_S / 2)
+    compiled_step.record_eager_search(cheap, torch.device("cuda"), after)  # another device's
+    assert not compiled_step.use_fused("auto", cheap, big, amp=None)
+    compiled_step.record_eager_search(cheap, cpu, after - after // 2)
     assert compiled_step.use_fused("auto", cheap, big, amp=None)
     assert not compiled_step.use_fused("auto", cheap, big[:100], amp=None)  # too small to pay
     assert not compiled_step.counts_toward_compile("auto", cheap, big[:100], amp=None)
-    compiled_step.record_eager_search(costly, 2 * compiled_step.AUTO_COMPILE_AFTER_S)
+    compiled_step.record_eager_search(costly, cpu, 2 * after)
     assert not compiled_step.use_fused("auto", costly, big, amp=None)  # the model dominates
     assert not compiled_step.counts_toward_compile("auto", costly, big, amp=None)
     assert compiled_step.use_fused(True, cheap, big[:2], amp=None)
@@ -513,9 +516,10 @@ def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_take
         NativeGenerator(compile="always")
 
 
-def test_auto_searches_eagerly_until_its_eager_searches_have_taken_long(monkeypatch):
-    """The default: a qualifying model's searches are eager, each adding its time to its
-    architecture's account, until the account reaches AUTO_COMPILE_AFTER_S; then they compile."""
+def test_auto_searches_eagerly_until_its_eager_searches_have_carried_enough_steps(monkeypatch):
+    """The default: a qualifying model's searches are eager, each adding the rows it carried
+    over its iterations to its architecture's account, until the account reaches
+    AUTO_COMPILE_AFTER_STEPS; then they compile."""
     calls = []
 
     def spy(*args, **kwargs):
@@ -525,18 +529,22 @@ def test_auto_searches_eagerly_until_its_eager_searches_have_taken_long(monkeypa
     step = generators.compile_search
     monkeypatch.setattr(generators, "compile_search", spy)
     monkeypatch.setattr(compiled_step, "AUTO_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(compiled_step, "_eager_seconds", {})
+    monkeypatch.setattr(compiled_step, "_eager_steps", {})
     model = small_mlp(seed=8)
     x, target = factuals(model)
+    account = compiled_step._account(model, x.device)
     gen = NativeGenerator(tau=0.6)  # compile="auto"
     first = gen.generate(model, x, target)
     assert not calls
-    spent = compiled_step._eager_seconds[compiled_step._architecture(model)]
-    assert spent > 0
-    gen.generate(model, x, target)
-    assert not calls  # still eager, and counting:
-    assert compiled_step._eager_seconds[compiled_step._architecture(model)] > spent
-    monkeypatch.setattr(compiled_step, "AUTO_COMPILE_AFTER_S", spent)
+    spent = compiled_step._eager_steps[account]
+    # Converged rows are carried until the next compaction point: more than the steps the rows
+    # took, fewer than every row for every iteration.
+    assert int(first.iterations.sum()) < spent < len(x) * gen.maxiter
+    stuck = small_mlp(seed=8, scale=0.5)  # nothing converges: every row, every iteration
+    assert int(NativeGenerator(maxiter=7).generate(stuck, x, target).iterations.min()) == 7
+    assert compiled_step._eager_steps[account] == spent + 7 * len(x)
+    assert not calls  # still eager
+    monkeypatch.setitem(compiled_step.AUTO_COMPILE_AFTER_STEPS, "cpu", spent + 7 * len(x))
     again = gen.generate(model, x, target)
     assert calls  # compiled now
     assert_same_search(again, first)
