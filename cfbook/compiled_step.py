@@ -227,8 +227,8 @@ def _compile(
     def iteration(*args: Tensor) -> list[Tensor]:
         values = dict(zip(names, args, strict=False))
         x, x0, nascent, within, active, iterations, target, phi, scalars, *rest = args[len(names):]
-        bounds = (rest.pop(0), rest.pop(0)) if has_bounds else None
-        step_bounds = (rest[0], rest[1]) if has_step_bounds else None
+        bounds = (rest[0], rest[1]) if has_bounds else None
+        step_bounds = (rest[-2], rest[-1]) if has_step_bounds else None
         fused_step(lambda v: torch.func.functional_call(model, values, (v,)), x, x0, nascent,
                    within, active, iterations, target, phi, scalars, bounds, step_bounds,
                    with_cost)

@@ -520,14 +520,7 @@ def test_auto_searches_eagerly_until_its_eager_searches_have_carried_enough_step
     """The default: a qualifying model's searches are eager, each adding the rows it carried
     over its iterations to its architecture's account, until the account reaches
     AUTO_COMPILE_AFTER_STEPS; then they compile."""
-    calls = []
-
-    def spy(*args, **kwargs):
-        calls.append(True)
-        return step(*args, **kwargs)
-
-    step = generators.compile_search
-    monkeypatch.setattr(generators, "compile_search", spy)
+    calls = _count_compiles(monkeypatch)
     monkeypatch.setattr(compiled_step, "AUTO_MIN_ELEMENTS", 0)
     monkeypatch.setattr(compiled_step, "_eager_steps", {})
     model = small_mlp(seed=8)
