@@ -47,18 +47,33 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Run cfbook's benchmarks, print their tables and record them in "
         "benchmarks/RESULTS.md. Progress goes to stderr, tables to stdout.",
     )
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes and few repeats: checks that everything runs")
-    parser.add_argument("--only", default=None,
-                        help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
-    parser.add_argument("--device", default=None,
-                        help="cpu, cuda or mps (default: the GPU if there is one, else cpu)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice, one per core)")
-    parser.add_argument("--note", default="",
-                        help="remark added to each block's provenance line, e.g. 'shared machine'")
-    parser.add_argument("--output", type=Path, default=RESULTS,
-                        help=f"results file to update (default: {RESULTS})")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and few repeats: checks that everything runs",
+    )
+    parser.add_argument(
+        "--only", default=None, help=f"comma-separated subset of: {', '.join(BENCHMARKS)}"
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda or mps (default: the GPU if there is one, else cpu)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice, one per core)",
+    )
+    parser.add_argument(
+        "--note",
+        default="",
+        help="remark added to each block's provenance line, e.g. 'shared machine'",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS, help=f"results file to update (default: {RESULTS})"
+    )
     return parser.parse_args(argv)
 
 

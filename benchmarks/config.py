@@ -79,8 +79,7 @@ FULL = Sizes(
     sync_nce=256,
     fused_n={"mlp": (100, 1024, 10000), "resnet18": (100, 1024, 10000)},
     # ResNet-18 at 10,000 rows: one iteration (about 12 s a pass on two cores) keeps the run short.
-    fused_maxiter={"mlp": {100: 30, 1024: 30, 10000: 30},
-                   "resnet18": {100: 3, 1024: 2, 10000: 1}},
+    fused_maxiter={"mlp": {100: 30, 1024: 30, 10000: 30}, "resnet18": {100: 3, 1024: 2, 10000: 1}},
     fused_chunk={"mlp": 10000, "resnet18": 1024},
     fused_threads=(1, 2),
     fused_one_thread_max={"mlp": 10000, "resnet18": 1024},

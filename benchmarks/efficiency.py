@@ -87,7 +87,10 @@ def _searches(name: str, maxiter: int) -> dict[str, NativeGenerator]:
 
 
 def _first_searches(
-    searches: dict[str, NativeGenerator], model: nn.Module, x: Tensor, target: Tensor,
+    searches: dict[str, NativeGenerator],
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
 ) -> dict[str, CounterfactualResult]:
     """Run each search once: the warm-up (a compiled step compiles here) and the row schedules."""
     return {s: gen.generate(model, x, target, domain=DOMAIN) for s, gen in searches.items()}
@@ -99,12 +102,16 @@ def _why(native: float, active: float, sched: float, per_iter: float, pass_s: fl
         return ""
     reasons = []
     if sched > 1.3 * active:
-        reasons.append(f"converged rows wait for the next compaction point ({sched / active:.1f}x "
-                       "the active rows' passes)")
+        reasons.append(
+            f"converged rows wait for the next compaction point ({sched / active:.1f}x "
+            "the active rows' passes)"
+        )
     if native > 1.15 * sched:
-        reasons.append(f"per-iteration bookkeeping {fmt_seconds(per_iter)} vs "
-                       f"{fmt_seconds(pass_s)} for a full model pass: elementwise work over "
-                       f"the batch x {N_FEATURES} iterate that a bare pass does not do")
+        reasons.append(
+            f"per-iteration bookkeeping {fmt_seconds(per_iter)} vs "
+            f"{fmt_seconds(pass_s)} for a full model pass: elementwise work over "
+            f"the batch x {N_FEATURES} iterate that a bare pass does not do"
+        )
     return "; ".join(reasons)
 
 
@@ -114,9 +121,21 @@ def run(ctx: Context) -> list[Table]:
     table = Table(
         f"Native search time vs bare passes (maxiter {maxiter}; compact_every 5 unless stated)",
         [
-            "model", "search", "batch", "valid %", "mean iters", "rows active / scheduled",
-            "Native", "bare full", "Native / full", "bare active", "Native / active",
-            "bare schedule", "Native / schedule", "bookkeeping / iteration", "repeats",
+            "model",
+            "search",
+            "batch",
+            "valid %",
+            "mean iters",
+            "rows active / scheduled",
+            "Native",
+            "bare full",
+            "Native / full",
+            "bare active",
+            "Native / active",
+            "bare schedule",
+            "Native / schedule",
+            "bookkeeping / iteration",
+            "repeats",
         ],
     )
     targets = Table("Targets", ["target", "measured", "status", "why not"])
@@ -131,17 +150,24 @@ def run(ctx: Context) -> list[Table]:
         searches = _searches(name, maxiter)
         results = _first_searches(searches, model, x, target)
         schedules = {
-            s: (active_rows(results[s].iterations, maxiter),
-                scheduled_rows(results[s].iterations, gen))
+            s: (
+                active_rows(results[s].iterations, maxiter),
+                scheduled_rows(results[s].iterations, gen),
+            )
             for s, gen in searches.items()
         }
         full_key = tuple([n] * maxiter)
         keys = [full_key, *(tuple(r) for pair in schedules.values() for r in pair)]
         bare = {key: f"bare {i}" for i, key in enumerate(dict.fromkeys(keys))}  # timed once each
-        cases = {b: Case(partial(bare_passes, model, x, list(k), grad_out))
-                 for k, b in bare.items()}
-        cases |= {f"native {s}": Case(partial(gen.generate, model, x, target, domain=DOMAIN),
-                                      warmup=_nothing) for s, gen in searches.items()}
+        cases = {
+            b: Case(partial(bare_passes, model, x, list(k), grad_out)) for k, b in bare.items()
+        }
+        cases |= {
+            f"native {s}": Case(
+                partial(gen.generate, model, x, target, domain=DOMAIN), warmup=_nothing
+            )
+            for s, gen in searches.items()
+        }
         timings = side_by_side(ctx, cases, label=f"efficiency {name} batch={n}")
         full = timings[bare[full_key]].median
         for s, gen in searches.items():
@@ -151,13 +177,19 @@ def run(ctx: Context) -> list[Table]:
             sched = timings[bare[tuple(sched_rows)]].median
             per_iter = (native - sched) / max(len(sched_rows), 1)
             table.add(
-                name, f"{s} (tau {gen.tau}, step {gen.step_size})", n,
+                name,
+                f"{s} (tau {gen.tau}, step {gen.step_size})",
+                n,
                 f"{100 * float(res.valid.float().mean()):.1f}",
                 f"{float(res.iterations.float().mean()):.1f}",
                 f"{sum(act_rows) / (n * maxiter):.0%} / {sum(sched_rows) / (n * maxiter):.0%}",
-                fmt_seconds(native), fmt_seconds(full), fmt_ratio(native / full),
-                fmt_seconds(active), fmt_ratio(native / active),
-                fmt_seconds(sched), fmt_ratio(native / sched),
+                fmt_seconds(native),
+                fmt_seconds(full),
+                fmt_ratio(native / full),
+                fmt_seconds(active),
+                fmt_ratio(native / active),
+                fmt_seconds(sched),
+                fmt_ratio(native / sched),
                 fmt_seconds(per_iter) if per_iter > 0 else "~0 (within noise)",
                 timings[f"native {s}"].repeats,
             )
@@ -165,17 +197,24 @@ def run(ctx: Context) -> list[Table]:
                 continue  # the compact_every variants are what-ifs, not the shipped default
             targets.add(
                 f"Native <= {TARGET}x bare passes over active rows ({name}, {s})",
-                fmt_ratio(native / active), check(native / active <= TARGET),
+                fmt_ratio(native / active),
+                check(native / active <= TARGET),
                 _why(native, active, sched, per_iter, full / maxiter),
             )
             if s == "converging":
                 share = sum(act_rows) / (n * maxiter)
-                why = ("" if native < full else
-                       f"{share:.0%} of the rows still stepped: little converged early here"
-                       if share > 0.5 else "per-iteration bookkeeping outweighs the saved passes")
+                why = (
+                    ""
+                    if native < full
+                    else f"{share:.0%} of the rows still stepped: little converged early here"
+                    if share > 0.5
+                    else "per-iteration bookkeeping outweighs the saved passes"
+                )
                 targets.add(
                     f"converging search faster than {maxiter} full passes ({name})",
-                    fmt_ratio(native / full), check(native < full), why,
+                    fmt_ratio(native / full),
+                    check(native < full),
+                    why,
                 )
     table.notes += [
         "Rows active / scheduled: rows searched per iteration summed over iterations, as a share "

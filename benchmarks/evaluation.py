@@ -31,8 +31,18 @@ def run(ctx: Context) -> list[Table]:
         f"Same factuals and weights; evaluation: lambda_cost 0, lambda_energy "
         f"{config.gallery_lambda_energy:g}, tau {config.tau}, maxiter {config.maxiter}; "
         f"training: NativeGenerator() with maxiter {config.maxiter}",
-        ["model", "batch", "search", "valid %", "mean iters", "time", "cf/s",
-         "µs per cf-step", "vs training", "repeats"],
+        [
+            "model",
+            "batch",
+            "search",
+            "valid %",
+            "mean iters",
+            "time",
+            "cf/s",
+            "µs per cf-step",
+            "vs training",
+            "repeats",
+        ],
     )
     targets = Table("Targets", ["target", "measured", "status"])
     for name in MODEL_NAMES:
@@ -43,21 +53,32 @@ def run(ctx: Context) -> list[Table]:
             "evaluation": config.generator(config.gallery_lambda_energy, None),
             "training": NativeGenerator(maxiter=config.maxiter),
         }
-        cases = {k: Case(partial(g.generate, model, x, target, domain=DOMAIN))
-                 for k, g in searches.items()}
+        cases = {
+            k: Case(partial(g.generate, model, x, target, domain=DOMAIN))
+            for k, g in searches.items()
+        }
         timings = side_by_side(ctx, cases, label=f"evaluation search {name} batch={n}")
         per_step = {k: t.median / _steps(t.result) for k, t in timings.items()}
         for k, t in timings.items():
             result = t.result
             table.add(
-                name, n, k, f"{100 * float(result.valid.float().mean()):.1f}",
-                f"{float(result.iterations.float().mean()):.1f}", f"{t.median:.3f} s",
-                fmt(n / t.median, 1), f"{1e6 * per_step[k]:.2f}",
-                fmt_ratio(per_step[k] / per_step["training"]), t.repeats,
+                name,
+                n,
+                k,
+                f"{100 * float(result.valid.float().mean()):.1f}",
+                f"{float(result.iterations.float().mean()):.1f}",
+                f"{t.median:.3f} s",
+                fmt(n / t.median, 1),
+                f"{1e6 * per_step[k]:.2f}",
+                fmt_ratio(per_step[k] / per_step["training"]),
+                t.repeats,
             )
         ratio = per_step["evaluation"] / per_step["training"]
-        targets.add(f"evaluation µs per cf-step <= {TARGET}x the training search's ({name})",
-                    fmt_ratio(ratio), check(ratio <= TARGET))
+        targets.add(
+            f"evaluation µs per cf-step <= {TARGET}x the training search's ({name})",
+            fmt_ratio(ratio),
+            check(ratio <= TARGET),
+        )
     table.notes += [
         "cf/s: counterfactuals of one energy weight per second; the protocol runs one search "
         f"per weight ({len(config.lambda_energy)} in all) per run.",

@@ -75,8 +75,20 @@ def _step_table(ctx: Context, targets: Table) -> Table:
     table = Table(
         "Whole search vs bare passes, µs per counterfactual-step (defaults: tau 0.75, step 0.1; "
         "every row takes all maxiter iterations)",
-        ["model", "N", "threads", "maxiter", "auto compiles", "eager µs", "compiled µs",
-         "bare µs", "eager / bare", "compiled / bare", "compiled vs eager", "repeats"],
+        [
+            "model",
+            "N",
+            "threads",
+            "maxiter",
+            "auto compiles",
+            "eager µs",
+            "compiled µs",
+            "bare µs",
+            "eager / bare",
+            "compiled / bare",
+            "compiled vs eager",
+            "repeats",
+        ],
     )
     before = torch.get_num_threads()
     try:
@@ -92,8 +104,9 @@ def _step_table(ctx: Context, targets: Table) -> Table:
                     if t == 1 and n > sizes.fused_one_thread_max[name]:
                         continue
                     torch.set_num_threads(t)
-                    _step_row(ctx, table, targets, name, model, x, target, grad_out, maxiter,
-                              chunk, t)
+                    _step_row(
+                        ctx, table, targets, name, model, x, target, grad_out, maxiter, chunk, t
+                    )
     finally:
         torch.set_num_threads(before)
     table.notes += [
@@ -121,8 +134,17 @@ def _step_table(ctx: Context, targets: Table) -> Table:
 
 
 def _step_row(
-    ctx: Context, table: Table, targets: Table, name: str, model: nn.Module, x: Tensor,
-    target: Tensor, grad_out: Tensor, maxiter: int, chunk: int, threads: int,
+    ctx: Context,
+    table: Table,
+    targets: Table,
+    name: str,
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    grad_out: Tensor,
+    maxiter: int,
+    chunk: int,
+    threads: int,
 ) -> None:
     n = x.shape[0]
     kwargs = {"domain": DOMAIN}
@@ -131,21 +153,36 @@ def _step_row(
         gens["compiled"] = NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=True)
     auto = counts_toward_compile("auto", model, x[:chunk], None)
     heavy = n * maxiter > ctx.sizes.fused_heavy[name]
-    cases = {k: Case(partial(g.generate, model, x, target, **kwargs),
-                     warmup=partial(g.generate, model, x[:chunk], target[:chunk], **kwargs))
-             for k, g in gens.items()}
-    cases["bare"] = Case(partial(_bare, model, x, grad_out, maxiter, chunk),
-                         warmup=_nothing if heavy else None)
-    timings = side_by_side(ctx, cases, label=f"fused {name} N={n} threads={threads}",
-                           min_repeats=1 if heavy else None, max_repeats=1 if heavy else None)
+    cases = {
+        k: Case(
+            partial(g.generate, model, x, target, **kwargs),
+            warmup=partial(g.generate, model, x[:chunk], target[:chunk], **kwargs),
+        )
+        for k, g in gens.items()
+    }
+    cases["bare"] = Case(
+        partial(_bare, model, x, grad_out, maxiter, chunk), warmup=_nothing if heavy else None
+    )
+    timings = side_by_side(
+        ctx,
+        cases,
+        label=f"fused {name} N={n} threads={threads}",
+        min_repeats=1 if heavy else None,
+        max_repeats=1 if heavy else None,
+    )
     bare = timings["bare"].median
     eager = timings["eager"].median
     steps = AUTO_COMPILE_AFTER_STEPS[ctx.device.type]
-    path = (f"after {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)" if auto
-            else "never")
+    path = (
+        f"after {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)" if auto else "never"
+    )
     compiled = timings["compiled"].median if "compiled" in timings else None
     table.add(
-        name, n, threads, maxiter, path,
+        name,
+        n,
+        threads,
+        maxiter,
+        path,
         _per_step(eager, n, maxiter),
         "-" if compiled is None else _per_step(compiled, n, maxiter),
         _per_step(bare, n, maxiter),
@@ -160,7 +197,8 @@ def _step_row(
         per_step = 1e6 * compiled / (n * maxiter)
         targets.add(
             f"MLP, N = {n}, {threads} threads: whole search <= {TARGET}x its bare passes",
-            fmt_ratio(ratio), check(ratio <= TARGET),
+            fmt_ratio(ratio),
+            check(ratio <= TARGET),
             f"{per_step:.2f} µs per counterfactual-step (bare {1e6 * bare / (n * maxiter):.2f}); "
             f"ReLax {RELAX_US / RELAX_BARE_US:.2f}x its bare passes. Beyond the passes: one "
             "memory-bound loop over the N x 784 iterate per iteration (read x, x0, the gradient "
@@ -172,7 +210,8 @@ def _step_row(
     if name == "resnet18" and n == TARGET_N and threads == main_threads:
         targets.add(
             f"ResNet-18, N = {n}: the default never compiles (no regression, no compile)",
-            path, check(not auto),
+            path,
+            check(not auto),
             f"eager / bare {eager / bare:.2f}x at maxiter {maxiter} (see benchmark 2 for 30)",
         )
 
@@ -187,8 +226,12 @@ def _child_env(cache_dir: str | None) -> dict[str, str]:
 
 def _run_child(spec: dict, cache_dir: str | None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.fused", json.dumps(spec)], cwd=ROOT,
-        env=_child_env(cache_dir), capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "benchmarks.fused", json.dumps(spec)],
+        cwd=ROOT,
+        env=_child_env(cache_dir),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if out.returncode:
         raise RuntimeError(f"fused child {spec} failed:\n{out.stderr[-3000:]}")
@@ -217,16 +260,26 @@ def _compile_table(ctx: Context) -> Table:
     table = Table(
         f"Compile time of the compiled step (MLP, N = {TARGET_N}, maxiter 30; a fresh process "
         "per row)",
-        ["inductor cache", "first search", "later searches", "compile (first - later)",
-         "graphs compiled"],
+        [
+            "inductor cache",
+            "first search",
+            "later searches",
+            "compile (first - later)",
+            "graphs compiled",
+        ],
     )
     spec = {"probe": "compile", "device": str(ctx.device), "n": TARGET_N}
     with tempfile.TemporaryDirectory(prefix="cfbook-inductor-") as cache:
         for label in ("cold (new machine, empty cache)", "warm (any later process)"):
             r = _run_child(spec, cache)
             ctx.log(f"fused compile {label}: first {r['first']:.1f} s, later {r['later']:.3f} s")
-            table.add(label, fmt_seconds(r["first"]), fmt_seconds(r["later"]),
-                      fmt_seconds(r["first"] - r["later"]), r["graphs"])
+            table.add(
+                label,
+                fmt_seconds(r["first"]),
+                fmt_seconds(r["later"]),
+                fmt_seconds(r["first"] - r["later"]),
+                r["graphs"],
+            )
     # In this process the graph exists: another model of the same architecture is traced again
     # and finds it in inductor's cache.
     model = trained_model(ctx, "mlp")
@@ -241,8 +294,13 @@ def _compile_table(ctx: Context) -> Table:
     t0 = time.perf_counter()
     gen.generate(other, x, target, domain=DOMAIN)
     later = time.perf_counter() - t0
-    table.add("in process, another MLP of the same architecture", fmt_seconds(first),
-              fmt_seconds(later), fmt_seconds(first - later), graphs_compiled() - before)
+    table.add(
+        "in process, another MLP of the same architecture",
+        fmt_seconds(first),
+        fmt_seconds(later),
+        fmt_seconds(first - later),
+        graphs_compiled() - before,
+    )
     table.notes += [
         "One graph serves every batch size (the row count is a symbol), every tau, lambda, step "
         "size and energy weight (tensor inputs) and every later search of the same model "
@@ -263,8 +321,11 @@ def _epochs_child(spec: dict) -> dict:
     setup = sizes.training["mlp"]
     trainer = Trainer(ctx, "mlp", FullObjective(), setup, compile=spec["compile"])
     records = [trainer.epoch() for _ in range(spec["epochs"])]
-    return {"times": [r.time_taken for r in records], "valid": records[-1].percent_valid,
-            "graphs": graphs_compiled()}
+    return {
+        "times": [r.time_taken for r in records],
+        "valid": records[-1].percent_valid,
+        "graphs": graphs_compiled(),
+    }
 
 
 def _epoch_table(ctx: Context) -> Table:
@@ -275,8 +336,14 @@ def _epoch_table(ctx: Context) -> Table:
         f"CT training epochs with the compile cost included (MLP, FullObjective, N / batch / nce "
         f"= {setup.n} / {setup.batch_size} / {setup.nce}, maxiter {sizes.maxiter}; a fresh "
         "process per row)",
-        ["search", "epoch 1", "later epochs (mean)", f"total, {epochs} epochs",
-         "graphs compiled", "compile repaid after"],
+        [
+            "search",
+            "epoch 1",
+            "later epochs (mean)",
+            f"total, {epochs} epochs",
+            "graphs compiled",
+            "compile repaid after",
+        ],
     )
     base = {"probe": "epochs", "device": str(ctx.device), "quick": ctx.quick, "epochs": epochs}
     runs = {"eager (compile=False)": (False, None), "auto (the default)": ("auto", None)}
@@ -292,10 +359,21 @@ def _epoch_table(ctx: Context) -> Table:
         later = _mean(r["times"][1:])
         saving = eager_later - later
         extra = r["times"][0] - later
-        repaid = ("-" if not label.startswith("compiled") else
-                  f"{extra / saving:.0f} epochs" if saving > 0 else "never (no saving)")
-        table.add(label, fmt_seconds(r["times"][0]), fmt_seconds(later),
-                  fmt_seconds(sum(r["times"])), r["graphs"], repaid)
+        repaid = (
+            "-"
+            if not label.startswith("compiled")
+            else f"{extra / saving:.0f} epochs"
+            if saving > 0
+            else "never (no saving)"
+        )
+        table.add(
+            label,
+            fmt_seconds(r["times"][0]),
+            fmt_seconds(later),
+            fmt_seconds(sum(r["times"])),
+            r["graphs"],
+            repaid,
+        )
     table.notes += [
         "Epoch times are the training log's time_taken (search + training); epoch 1 of a "
         "compiled run includes its compile. Compile repaid after = (epoch 1 - later epochs) / "

@@ -76,8 +76,12 @@ def _cpu_peak(model_name: str, nce: int, chunk: int) -> int:
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.memory", spec], cwd=ROOT, env=env,
-        capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "benchmarks.memory", spec],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if out.returncode:
         raise RuntimeError(f"memory child {spec} failed:\n{out.stderr[-2000:]}")
@@ -115,31 +119,39 @@ def _slope(points: list[tuple[int, int]]) -> float:
 
 def run(ctx: Context) -> list[Table]:
     if ctx.device.type not in ("cpu", "cuda"):
-        return [Table(f"No peak-memory reading on {ctx.device.type}", ["note"],
-                      [["torch exposes an allocator peak on CUDA only; run with --device cpu"]])]
+        return [
+            Table(
+                f"No peak-memory reading on {ctx.device.type}",
+                ["note"],
+                [["torch exposes an allocator peak on CUDA only; run with --device cpu"]],
+            )
+        ]
     sizes = ctx.sizes
     name = sizes.memory_model
-    how = ("torch.cuda.max_memory_allocated above the allocated memory before the search"
-           if ctx.device.type == "cuda" else
-           "peak RSS of a fresh subprocess above its RSS before the search (sampled + ru_maxrss)")
+    how = (
+        "torch.cuda.max_memory_allocated above the allocated memory before the search"
+        if ctx.device.type == "cuda"
+        else "peak RSS of a fresh subprocess above its RSS before the search (sampled + ru_maxrss)"
+    )
     table = Table(
         f"Peak memory of NativeGenerator.generate ({name}, untrained, maxiter {MAXITER}; {how})",
-        ["sweep", "nce", "cf_batchsize", "search peak",
-         f"results (2 x nce x {N_FEATURES} x 4 B)"],
+        ["sweep", "nce", "cf_batchsize", "search peak", f"results (2 x nce x {N_FEATURES} x 4 B)"],
     )
     points = {("nce", n): (n, sizes.memory_chunk) for n in sizes.memory_nce}
     points |= {("chunk", c): (sizes.memory_nce_fixed, c) for c in sizes.memory_chunks}
     measured: dict[tuple[int, int], int] = {}
     for nce, chunk in dict.fromkeys(points.values()):
         measured[(nce, chunk)] = peak_bytes(ctx, name, nce, chunk)
-        ctx.log(f"memory {name} nce={nce} cf_batchsize={chunk}: "
-                f"{format_bytes(measured[(nce, chunk)])}")
+        ctx.log(
+            f"memory {name} nce={nce} cf_batchsize={chunk}: {format_bytes(measured[(nce, chunk)])}"
+        )
     by_nce, by_chunk = [], []
     for (sweep, _), (nce, chunk) in points.items():
         peak = measured[(nce, chunk)]
         (by_nce if sweep == "nce" else by_chunk).append((nce if sweep == "nce" else chunk, peak))
-        table.add(f"{sweep} grows", nce, chunk, format_bytes(peak),
-                  format_bytes(2 * nce * N_FEATURES * 4))
+        table.add(
+            f"{sweep} grows", nce, chunk, format_bytes(peak), format_bytes(2 * nce * N_FEATURES * 4)
+        )
     per_nce, per_chunk = _slope(by_nce), _slope(by_chunk)
     table.notes.append(
         f"Growth per extra row: {format_bytes(int(per_nce))} per factual (nce) vs "

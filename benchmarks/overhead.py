@@ -37,8 +37,13 @@ class Trainer:
     """One model trained epoch by epoch with one objective (optimizer state kept across calls)."""
 
     def __init__(
-        self, ctx: Context, name: str, objective: Objective, setup: TrainSetup,
-        amp: str | None = None, compile: Compile = "auto",
+        self,
+        ctx: Context,
+        name: str,
+        objective: Objective,
+        setup: TrainSetup,
+        amp: str | None = None,
+        compile: Compile = "auto",
     ) -> None:
         data = mnist(ctx)
         x, y = data.x[: setup.n].to(ctx.device), data.y[: setup.n].to(ctx.device)
@@ -52,9 +57,19 @@ class Trainer:
     def epoch(self) -> EpochRecord:
         """One epoch with counterfactuals from its start (no burn-in); its log record."""
         _, log = counterfactual_training(
-            self.objective, self.model, self.generator, self.loader, self.optimizer,
-            device=self.device, nepochs=1, domain=DOMAIN, burnin=0.0, nce=self.setup.nce,
-            accuracy_every=2, verbose=0, amp=self.amp,
+            self.objective,
+            self.model,
+            self.generator,
+            self.loader,
+            self.optimizer,
+            device=self.device,
+            nepochs=1,
+            domain=DOMAIN,
+            burnin=0.0,
+            nce=self.setup.nce,
+            accuracy_every=2,
+            verbose=0,
+            amp=self.amp,
         )
         return log[-1]
 
@@ -75,14 +90,14 @@ def _measure(ctx: Context, name: str, setup: TrainSetup) -> dict[str, list[float
     x = mnist(ctx).x[: setup.nce].to(ctx.device)
     grad_out = torch.ones(setup.nce, 10, device=ctx.device)
     passes = 3
-    out: dict[str, list[float]] = {k: [] for k in ("vanilla", "full", "avg_iter", "valid",
-                                                   "c_search", "chunks")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("vanilla", "full", "avg_iter", "valid", "c_search", "chunks")
+    }
     for round_ in range(ctx.sizes.training_rounds + 1):  # round 0 is the warm-up
         order = [vanilla, full] if round_ % 2 == 0 else [full, vanilla]
         records = {id(t): t.epoch() for t in order}
         probe.eval()
-        search, _ = timed(lambda: bare_passes(probe, x, [setup.nce] * passes, grad_out),
-                          ctx.device)
+        search, _ = timed(lambda: bare_passes(probe, x, [setup.nce] * passes, grad_out), ctx.device)
         probe.train()
         chunks, _ = timed(lambda: _chunk_passes(probe, x, setup), ctx.device)
         if round_ == 0:
@@ -94,8 +109,10 @@ def _measure(ctx: Context, name: str, setup: TrainSetup) -> dict[str, list[float
         out["valid"].append(rec_f.percent_valid)
         out["c_search"].append(search / (passes * setup.nce))
         out["chunks"].append(chunks)
-        ctx.log(f"overhead {name} round {round_}: vanilla {rec_v.time_taken:.2f} s, "
-                f"full {rec_f.time_taken:.2f} s (avg_iter {rec_f.avg_iter:.1f})")
+        ctx.log(
+            f"overhead {name} round {round_}: vanilla {rec_v.time_taken:.2f} s, "
+            f"full {rec_f.time_taken:.2f} s (avg_iter {rec_f.avg_iter:.1f})"
+        )
     return out
 
 
@@ -104,10 +121,20 @@ def run(ctx: Context) -> list[Table]:
         f"Seconds per epoch after burn-in (maxiter {ctx.sizes.maxiter}, defaults of "
         "FullObjective and NativeGenerator, cf_batchsize = nce)",
         [
-            "model", "N / batch / nce", "Vanilla s/epoch", "Full s/epoch", "Full / Vanilla",
-            "valid %", "avg_iter", "c_train ms/sample", "c_search ms/sample-iter",
-            "model: search only", "model: + chunk passes", "measured / model",
-            "search: measured / bare", "epochs",
+            "model",
+            "N / batch / nce",
+            "Vanilla s/epoch",
+            "Full s/epoch",
+            "Full / Vanilla",
+            "valid %",
+            "avg_iter",
+            "c_train ms/sample",
+            "c_search ms/sample-iter",
+            "model: search only",
+            "model: + chunk passes",
+            "measured / model",
+            "search: measured / bare",
+            "epochs",
         ],
     )
     targets = Table("Targets", ["target", "measured", "status", "why not"])
@@ -122,18 +149,29 @@ def run(ctx: Context) -> list[Table]:
         # What the search really cost (Full minus Vanilla minus the chunk passes) vs its model.
         search_waste = (m["full"] - m["vanilla"] - m["chunks"]) / search_term
         table.add(
-            name, f"{setup.n} / {setup.batch_size} / {setup.nce}",
-            f"{m['vanilla']:.2f}", f"{m['full']:.2f}", fmt_ratio(measured),
-            f"{100 * m['valid']:.1f}", f"{m['avg_iter']:.1f}",
-            f"{1e3 * c_train:.3f}", f"{1e3 * m['c_search']:.3f}",
-            fmt_ratio(model_search), fmt_ratio(model_all), fmt_ratio(measured / model_all),
-            fmt_ratio(search_waste), ctx.sizes.training_rounds,
+            name,
+            f"{setup.n} / {setup.batch_size} / {setup.nce}",
+            f"{m['vanilla']:.2f}",
+            f"{m['full']:.2f}",
+            fmt_ratio(measured),
+            f"{100 * m['valid']:.1f}",
+            f"{m['avg_iter']:.1f}",
+            f"{1e3 * c_train:.3f}",
+            f"{1e3 * m['c_search']:.3f}",
+            fmt_ratio(model_search),
+            fmt_ratio(model_all),
+            fmt_ratio(measured / model_all),
+            fmt_ratio(search_waste),
+            ctx.sizes.training_rounds,
         )
         met = measured / model_all <= TARGET
         targets.add(
             f"Full/Vanilla within {TARGET}x of the cost model ({name})",
-            fmt_ratio(measured / model_all), check(met),
-            "" if met else f"the search costs {search_waste:.1f}x its bare passes: per-iteration "
+            fmt_ratio(measured / model_all),
+            check(met),
+            ""
+            if met
+            else f"the search costs {search_waste:.1f}x its bare passes: per-iteration "
             "bookkeeping and rows awaiting compaction (benchmark 2)",
         )
     table.notes += [

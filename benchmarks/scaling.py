@@ -54,17 +54,34 @@ def _launch(ctx: Context, config: Config, out: Path) -> dict | None:
     """Run one configuration; its summary, or None when it ran out of time."""
     setup = ctx.sizes.scaling
     args = [
-        "benchmarks.scaling", "--worker", str(out), "--device", ctx.device.type,
-        "--model", ctx.sizes.scaling_model, "--samples", str(setup.n), "--batch-size",
-        str(setup.batch_size), "--nce", str(setup.nce), "--maxiter", str(ctx.sizes.maxiter),
-        "--epochs", str(ctx.sizes.scaling_epochs),
+        "benchmarks.scaling",
+        "--worker",
+        str(out),
+        "--device",
+        ctx.device.type,
+        "--model",
+        ctx.sizes.scaling_model,
+        "--samples",
+        str(setup.n),
+        "--batch-size",
+        str(setup.batch_size),
+        "--nce",
+        str(setup.nce),
+        "--maxiter",
+        str(ctx.sizes.maxiter),
+        "--epochs",
+        str(ctx.sizes.scaling_epochs),
     ]
     if config.threads is not None:
         args += ["--threads", str(config.threads)]
     try:
-        result = subprocess.run(launcher(config.processes) + args, capture_output=True,
-                                text=True, timeout=CONFIG_TIMEOUT_S,
-                                cwd=Path(__file__).resolve().parents[1])
+        result = subprocess.run(
+            launcher(config.processes) + args,
+            capture_output=True,
+            text=True,
+            timeout=CONFIG_TIMEOUT_S,
+            cwd=Path(__file__).resolve().parents[1],
+        )
     except subprocess.TimeoutExpired:
         return None
     if result.returncode != 0:
@@ -77,8 +94,19 @@ def run(ctx: Context) -> list[Table]:
     table = Table(
         f"Seconds per FullObjective epoch ({ctx.sizes.scaling_model}, N {setup.n}, global "
         f"batch {setup.batch_size}, nce {setup.nce}, maxiter {ctx.sizes.maxiter})",
-        ["configuration", "processes x threads", "s/epoch", "speed-up", "search", "forward",
-         "backward", "optimizer", "bookkeeping", "valid %", "final train loss"],
+        [
+            "configuration",
+            "processes x threads",
+            "s/epoch",
+            "speed-up",
+            "search",
+            "forward",
+            "backward",
+            "optimizer",
+            "bookkeeping",
+            "valid %",
+            "final train loss",
+        ],
     )
     base = None
     with tempfile.TemporaryDirectory(prefix="cfbook-bench-scaling-") as scratch:
@@ -86,18 +114,30 @@ def run(ctx: Context) -> list[Table]:
             ctx.log(f"scaling: {config.remark}")
             summary = _launch(ctx, config, Path(scratch) / f"{i}.json")
             if summary is None:
-                table.add(config.remark, f"{config.processes} x {config.threads}",
-                          f"> {CONFIG_TIMEOUT_S:.0f} s per run (stopped)", *["-"] * 8)
+                table.add(
+                    config.remark,
+                    f"{config.processes} x {config.threads}",
+                    f"> {CONFIG_TIMEOUT_S:.0f} s per run (stopped)",
+                    *["-"] * 8,
+                )
                 continue
             seconds = statistics.median(summary["timed_s"])
             base = base or seconds
             regions = summary["profile"]["regions_s"]
             wall = summary["profile"]["wall_s"]
-            shares = [f"{regions[k] / wall:.0%}" for k in
-                      ("search", "forward", "backward", "optimizer", "bookkeeping")]
-            table.add(config.remark, f"{summary['world_size']} x {summary['threads']}",
-                      fmt_seconds(seconds), fmt_ratio(base / seconds), *shares,
-                      f"{100 * summary['percent_valid']:.1f}", f"{summary['train_loss']:.3f}")
+            shares = [
+                f"{regions[k] / wall:.0%}"
+                for k in ("search", "forward", "backward", "optimizer", "bookkeeping")
+            ]
+            table.add(
+                config.remark,
+                f"{summary['world_size']} x {summary['threads']}",
+                fmt_seconds(seconds),
+                fmt_ratio(base / seconds),
+                *shares,
+                f"{100 * summary['percent_valid']:.1f}",
+                f"{summary['train_loss']:.3f}",
+            )
     table.notes += [
         "Each configuration is its own job; the profile's global batch is split over the "
         "processes, so all train the same run. s/epoch: median of the epochs between the "
@@ -140,20 +180,34 @@ def _worker(argv: list[str]) -> None:
     model = build_model(args.model)
     loader = data.loader(shuffle=True, seed=0, **distributed.loader_shard(args.batch_size))
     _, log = counterfactual_training(
-        FullObjective(), model, NativeGenerator(maxiter=args.maxiter), loader,
-        torch.optim.Adam(model.parameters(), lr=1e-3), device=processes.device,
-        nepochs=args.epochs, domain=data.domain, burnin=1 / args.epochs, nce=args.nce,
-        cf_batchsize=args.nce, accuracy_every=args.epochs, verbose=0, profile_epoch=args.epochs,
+        FullObjective(),
+        model,
+        NativeGenerator(maxiter=args.maxiter),
+        loader,
+        torch.optim.Adam(model.parameters(), lr=1e-3),
+        device=processes.device,
+        nepochs=args.epochs,
+        domain=data.domain,
+        burnin=1 / args.epochs,
+        nce=args.nce,
+        cf_batchsize=args.nce,
+        accuracy_every=args.epochs,
+        verbose=0,
+        profile_epoch=args.epochs,
     )
     if processes.is_main:
-        args.worker.write_text(json.dumps({
-            "world_size": processes.world_size,
-            "threads": threads,
-            "timed_s": [r.time_taken for r in log[1:-1]],
-            "profile": log.meta["epoch_profile"],
-            "percent_valid": log[-1].percent_valid,
-            "train_loss": log[-1].train_loss,
-        }))
+        args.worker.write_text(
+            json.dumps(
+                {
+                    "world_size": processes.world_size,
+                    "threads": threads,
+                    "timed_s": [r.time_taken for r in log[1:-1]],
+                    "profile": log.meta["epoch_profile"],
+                    "percent_valid": log[-1].percent_valid,
+                    "train_loss": log[-1].train_loss,
+                }
+            )
+        )
     distributed.cleanup()
 
 

@@ -35,8 +35,11 @@ def _search_case(ctx: Context, name: str, nce: int, device: torch.device) -> Cas
     x, target = factuals(ctx, model, nce, device)
     gen = NativeGenerator(maxiter=ctx.sizes.maxiter)
     warm = NativeGenerator(maxiter=2)
-    return Case(partial(gen.generate, model, x, target, domain=DOMAIN),
-                warmup=partial(warm.generate, model, x, target, domain=DOMAIN), device=device)
+    return Case(
+        partial(gen.generate, model, x, target, domain=DOMAIN),
+        warmup=partial(warm.generate, model, x, target, domain=DOMAIN),
+        device=device,
+    )
 
 
 def run(ctx: Context) -> list[Table]:
@@ -50,20 +53,27 @@ def run(ctx: Context) -> list[Table]:
         nce = max(ctx.sizes.throughput_nce[name])
         cases = {d.type: _search_case(ctx, name, nce, d) for d in (CPU, ctx.device)}
         t = side_by_side(ctx, cases, label=f"speedup search {name}", min_repeats=1)
-        table.add(f"NativeGenerator {name}, nce {nce}, maxiter {ctx.sizes.maxiter}",
-                  fmt_seconds(t["cpu"].median), fmt_seconds(t["cuda"].median),
-                  fmt_ratio(t["cpu"].median / t["cuda"].median),
-                  f"{t['cpu'].repeats} / {t['cuda'].repeats}")
+        table.add(
+            f"NativeGenerator {name}, nce {nce}, maxiter {ctx.sizes.maxiter}",
+            fmt_seconds(t["cpu"].median),
+            fmt_seconds(t["cuda"].median),
+            fmt_ratio(t["cpu"].median / t["cuda"].median),
+            f"{t['cpu'].repeats} / {t['cuda'].repeats}",
+        )
     for name in MODEL_NAMES:
         setup = ctx.sizes.training[name]
-        trainers = {d.type: Trainer(ctx.on(d), name, FullObjective(), setup)
-                    for d in (CPU, ctx.device)}
+        trainers = {
+            d.type: Trainer(ctx.on(d), name, FullObjective(), setup) for d in (CPU, ctx.device)
+        }
         cases = {k: Case(tr.epoch, device=torch.device(k)) for k, tr in trainers.items()}
         t = side_by_side(ctx, cases, label=f"speedup training {name}", min_repeats=1)
-        table.add(f"FullObjective epoch {name}, N {setup.n}, nce {setup.nce}",
-                  fmt_seconds(t["cpu"].median), fmt_seconds(t["cuda"].median),
-                  fmt_ratio(t["cpu"].median / t["cuda"].median),
-                  f"{t['cpu'].repeats} / {t['cuda'].repeats}")
+        table.add(
+            f"FullObjective epoch {name}, N {setup.n}, nce {setup.nce}",
+            fmt_seconds(t["cpu"].median),
+            fmt_seconds(t["cuda"].median),
+            fmt_ratio(t["cpu"].median / t["cuda"].median),
+            f"{t['cpu'].repeats} / {t['cuda'].repeats}",
+        )
     table.notes.append(
         "Same weights, factuals, targets and default search settings on both devices; the "
         "CPU side uses all the cores torch sees on the GPU machine. Training epochs are "

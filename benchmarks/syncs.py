@@ -26,9 +26,13 @@ from cfbook.generators import NativeGenerator, ReferenceGenerator
 
 TITLE = "Sync check: host synchronisations per search"
 aten = torch.ops.aten
-READBACK = {aten._local_scalar_dense: "item/bool/int/float", aten.nonzero: "nonzero",
-            aten.masked_select: "masked_select", aten.is_nonzero: "is_nonzero",
-            aten._unique2: "unique"}
+READBACK = {
+    aten._local_scalar_dense: "item/bool/int/float",
+    aten.nonzero: "nonzero",
+    aten.masked_select: "masked_select",
+    aten.is_nonzero: "is_nonzero",
+    aten._unique2: "unique",
+}
 INDEXING = {aten.index, aten.index_put, aten.index_put_}
 COPIES = {aten._to_copy, aten.copy_}
 PYTHON_READBACK = ("tolist", "numpy", "cpu")  # host conversions that can bypass the dispatcher
@@ -99,6 +103,7 @@ def counting(owner: type, method: str, cuda: bool) -> Iterator[SyncCounter]:
         def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             counter.counts[(counter.phase, f".{name}()")] += 1
             return plain(self, *args, **kwargs)
+
         return wrapper
 
     with contextlib.ExitStack() as stack:
@@ -113,8 +118,9 @@ def counting(owner: type, method: str, cuda: bool) -> Iterator[SyncCounter]:
             stack.callback(torch.cuda.set_sync_debug_mode, previous)
         stack.enter_context(counter)
         yield counter
-    counter.cuda_warnings["setup"] = (_sync_warnings(counter.warning_log)
-                                      - counter.cuda_warnings["search"])
+    counter.cuda_warnings["setup"] = (
+        _sync_warnings(counter.warning_log) - counter.cuda_warnings["search"]
+    )
 
 
 def _breakdown(counter: SyncCounter, phase: str) -> str:
@@ -130,15 +136,28 @@ def run(ctx: Context) -> list[Table]:
     table = Table(
         f"Host synchronisations per generate() call (mlp, nce {nce}, maxiter {maxiter}, "
         "compact_every 5)",
-        ["generator", "search", "chunks", "setup syncs", "search syncs", "per chunk",
-         "compaction points per chunk", "search syncs by kind", "CUDA debug mode: search syncs"],
+        [
+            "generator",
+            "search",
+            "chunks",
+            "setup syncs",
+            "search syncs",
+            "per chunk",
+            "compaction points per chunk",
+            "search syncs by kind",
+            "CUDA debug mode: search syncs",
+        ],
     )
     targets = Table("Targets", ["target", "measured", "status"])
     points = len(NativeGenerator(maxiter=maxiter).compaction_points())
     runs = [
         ("Native", "default", NativeGenerator(maxiter=maxiter), None),
-        ("Native", "converging", NativeGenerator(maxiter=maxiter, **CONVERGING_SEARCH["mlp"]),
-         None),
+        (
+            "Native",
+            "converging",
+            NativeGenerator(maxiter=maxiter, **CONVERGING_SEARCH["mlp"]),
+            None,
+        ),
         ("Native", "default", NativeGenerator(maxiter=maxiter), nce // 4),
     ]
     cuda = ctx.device.type == "cuda"
@@ -147,21 +166,38 @@ def run(ctx: Context) -> list[Table]:
         with counting(NativeGenerator, "_search", cuda) as counter:
             gen.generate(model, x, target, domain=DOMAIN, cf_batchsize=chunk)
         in_search = max(counter.total("search"), counter.cuda_warnings["search"])
-        table.add(label, search, chunks, counter.total("setup"), counter.total("search"),
-                  f"{in_search / chunks:.1f}", points, _breakdown(counter, "search"),
-                  counter.cuda_warnings["search"] if cuda else "n/a (CPU run)")
+        table.add(
+            label,
+            search,
+            chunks,
+            counter.total("setup"),
+            counter.total("search"),
+            f"{in_search / chunks:.1f}",
+            points,
+            _breakdown(counter, "search"),
+            counter.cuda_warnings["search"] if cuda else "n/a (CPU run)",
+        )
         targets.add(
             f"no per-iteration sync ({search}, {chunks} chunk(s)): search syncs per chunk <= "
             f"compaction points ({points})",
-            f"{in_search / chunks:.1f}", check(in_search / chunks <= points),
+            f"{in_search / chunks:.1f}",
+            check(in_search / chunks <= points),
         )
     k = 4
     with counting(ReferenceGenerator, "_search_one", cuda) as counter:
         ReferenceGenerator(maxiter=maxiter).generate(model, x[:k], target[:k], domain=DOMAIN)
     in_search = counter.total("search")
-    table.add("Reference", "default", f"{k} samples", counter.total("setup"), in_search,
-              f"{in_search / k:.1f} per sample", "-", _breakdown(counter, "search"),
-              counter.cuda_warnings["search"] if cuda else "n/a (CPU run)")
+    table.add(
+        "Reference",
+        "default",
+        f"{k} samples",
+        counter.total("setup"),
+        in_search,
+        f"{in_search / k:.1f} per sample",
+        "-",
+        _breakdown(counter, "search"),
+        counter.cuda_warnings["search"] if cuda else "n/a (CPU run)",
+    )
     table.notes += [
         "Counted with a TorchDispatchMode over the operators that make the host wait for the "
         "device (_local_scalar_dense behind .item()/bool()/int()/float(), nonzero, "
@@ -175,7 +211,9 @@ def run(ctx: Context) -> list[Table]:
         "else in the loop waits.",
     ]
     if cuda:
-        table.notes.append("CUDA debug mode: warnings of torch.cuda.set_sync_debug_mode('warn') "
-                           "raised inside the search (the driver's own count); per chunk takes "
-                           "the larger of the two counts.")
+        table.notes.append(
+            "CUDA debug mode: warnings of torch.cuda.set_sync_debug_mode('warn') "
+            "raised inside the search (the driver's own count); per chunk takes "
+            "the larger of the two counts."
+        )
     return [table, targets]

@@ -33,13 +33,21 @@ def run(ctx: Context) -> list[Table]:
         f"Counterfactuals per second (maxiter {sizes.maxiter}, default tau 0.75 and step_size "
         "0.1; Native searches all nce rows as one batch)",
         [
-            "model", "nce", "Native cf/s", "Reference cf/s", "Reference timed on",
-            "Native / Reference", "valid % (Native / Ref)", "mean iters (Native / Ref)",
-            "same result on subset", "repeats",
+            "model",
+            "nce",
+            "Native cf/s",
+            "Reference cf/s",
+            "Reference timed on",
+            "Native / Reference",
+            "valid % (Native / Ref)",
+            "mean iters (Native / Ref)",
+            "same result on subset",
+            "repeats",
         ],
     )
     targets = Table(
-        "Targets", ["target", "measured", "status"],
+        "Targets",
+        ["target", "measured", "status"],
         notes=[] if not ctx.quick else ["Quick run: sizes and maxiter differ from the targets'."],
     )
     stalled: list[str] = []
@@ -60,13 +68,16 @@ def run(ctx: Context) -> list[Table]:
                 ),
                 "reference": Case(
                     partial(reference.generate, model, x[:k], target[:k], domain=DOMAIN),
-                    warmup=partial(short_reference.generate, model, x[:1], target[:1],
-                                   domain=DOMAIN),
+                    warmup=partial(
+                        short_reference.generate, model, x[:1], target[:1], domain=DOMAIN
+                    ),
                 ),
             }
             heaviest = name == "resnet18" and nce == max(sizes.throughput_nce[name])
             timings = side_by_side(
-                ctx, cases, label=f"throughput {name} nce={nce}",
+                ctx,
+                cases,
+                label=f"throughput {name} nce={nce}",
                 min_repeats=2 if heaviest else None,
             )
             nat, ref = timings["native"], timings["reference"]
@@ -77,7 +88,10 @@ def run(ctx: Context) -> list[Table]:
                 nat.result.iterations[:k] == ref.result.iterations
             )
             table.add(
-                name, nce, fmt(rate_n, 1), fmt(rate_r, 1),
+                name,
+                nce,
+                fmt(rate_n, 1),
+                fmt(rate_r, 1),
                 "all" if k == nce else f"first {k} (per-sample rate)",
                 fmt_ratio(rate_n / rate_r),
                 f"{_pct(nat.result):.1f} / {_pct(ref.result):.1f}",
@@ -90,7 +104,8 @@ def run(ctx: Context) -> list[Table]:
                 goal = TARGET_RATIO[name]
                 targets.add(
                     f"Native/Reference >= {goal:.0f}x ({name}, nce {nce})",
-                    fmt_ratio(ratio), check(ratio >= goal),
+                    fmt_ratio(ratio),
+                    check(ratio >= goal),
                 )
     acc = ", ".join(f"{n} {ctx.cache[f'accuracy/{n}']:.2f}" for n in MODEL_NAMES)
     table.notes += [

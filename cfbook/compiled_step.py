@@ -103,12 +103,14 @@ def use_fused(compile: Compile, model: nn.Module, x0: Tensor, amp: str | None) -
         return False
     if compile is True:
         return True
-    return (_qualifies(model, x0) and _eager_steps.get(_account(model, x0.device), 0)
-            >= AUTO_COMPILE_AFTER_STEPS[x0.device.type])
+    return (
+        _qualifies(model, x0)
+        and _eager_steps.get(_account(model, x0.device), 0)
+        >= AUTO_COMPILE_AFTER_STEPS[x0.device.type]
+    )
 
 
-def counts_toward_compile(compile: Compile, model: nn.Module, x0: Tensor,
-                          amp: str | None) -> bool:
+def counts_toward_compile(compile: Compile, model: nn.Module, x0: Tensor, amp: str | None) -> bool:
     """Whether an eager search's steps count toward ``compile="auto"`` compiling this model."""
     return compile == "auto" and _supported(model, x0, amp) and _qualifies(model, x0)
 
@@ -125,8 +127,11 @@ def _account(model: nn.Module, device: torch.device) -> tuple:
     A new model of an architecture already searched long enough (the next seed of an experiment,
     say) compiles at once, and finds its graph in inductor's cache if the earlier model's graph is
     the same."""
-    return (tuple(type(m).__qualname__ for m in model.modules()),
-            tuple(p.shape for p in model.parameters()), device.type)
+    return (
+        tuple(type(m).__qualname__ for m in model.modules()),
+        tuple(p.shape for p in model.parameters()),
+        device.type,
+    )
 
 
 Step = Callable[[WorkingSet, Tensor, Tensor], None]
@@ -161,14 +166,28 @@ def compile_search(
     global _compiles
     state = [*(p.detach() for p in model.parameters()), *model.buffers()]
     constraints = [*(bounds or ()), *(step_bounds or ())]
-    key = (_fingerprint(model), x0.device, x0.shape[1], bounds is not None,
-           step_bounds is not None, with_cost, torch.get_num_threads(),
-           tuple((t.shape, t.stride(), t.dtype) for t in constraints))
+    key = (
+        _fingerprint(model),
+        x0.device,
+        x0.shape[1],
+        bounds is not None,
+        step_bounds is not None,
+        with_cost,
+        torch.get_num_threads(),
+        tuple((t.shape, t.stride(), t.dtype) for t in constraints),
+    )
     graphs = _graphs.setdefault(model, {})
     if key not in graphs:
         try:
-            graphs[key] = _compile(model, state, x0, constraints, bounds is not None,
-                                   step_bounds is not None, with_cost)
+            graphs[key] = _compile(
+                model,
+                state,
+                x0,
+                constraints,
+                bounds is not None,
+                step_bounds is not None,
+                with_cost,
+            )
             _compiles += 1
         except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
             _failed.add(model)
@@ -184,8 +203,19 @@ def compile_search(
     graph = graphs[key]
 
     def step(ws: WorkingSet, phi: Tensor, scalars: Tensor) -> None:
-        graph(*state, ws.x, ws.x0, ws.nascent, ws.within, ws.active, ws.iterations, ws.target,
-              phi, scalars, *constraints)
+        graph(
+            *state,
+            ws.x,
+            ws.x0,
+            ws.nascent,
+            ws.within,
+            ws.active,
+            ws.iterations,
+            ws.target,
+            phi,
+            scalars,
+            *constraints,
+        )
 
     return step
 
@@ -195,9 +225,12 @@ def _fingerprint(model: nn.Module) -> tuple:
     modes and forward hooks, and its parameters' and buffers' names and layouts. A search whose
     model differs compiles again (no guard checks a compiled call)."""
     tensors = (*model.named_parameters(), *model.named_buffers())
-    return (tuple((id(m), m.training, *m._forward_pre_hooks, *m._forward_hooks)
-                  for m in model.modules()),
-            tuple((name, t.shape, t.stride(), t.dtype, t.device) for name, t in tensors))
+    return (
+        tuple(
+            (id(m), m.training, *m._forward_pre_hooks, *m._forward_hooks) for m in model.modules()
+        ),
+        tuple((name, t.shape, t.stride(), t.dtype, t.device) for name, t in tensors),
+    )
 
 
 def _compile(
@@ -226,12 +259,24 @@ def _compile(
 
     def iteration(*args: Tensor) -> list[Tensor]:
         values = dict(zip(names, args, strict=False))
-        x, x0, nascent, within, active, iterations, target, phi, scalars, *rest = args[len(names):]
+        x, x0, nascent, within, active, iterations, target, phi, scalars, *rest = args[len(names) :]
         bounds = (rest[0], rest[1]) if has_bounds else None
         step_bounds = (rest[-2], rest[-1]) if has_step_bounds else None
-        fused_step(lambda v: torch.func.functional_call(model, values, (v,)), x, x0, nascent,
-                   within, active, iterations, target, phi, scalars, bounds, step_bounds,
-                   with_cost)
+        fused_step(
+            lambda v: torch.func.functional_call(model, values, (v,)),
+            x,
+            x0,
+            nascent,
+            within,
+            active,
+            iterations,
+            target,
+            phi,
+            scalars,
+            bounds,
+            step_bounds,
+            with_cost,
+        )
         return []  # the results are the in-place updates
 
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
@@ -239,20 +284,33 @@ def _compile(
     rows_x0 = fake_mode.from_tensor(x0, symbolic_context=dynamic_rows)
     n, d, device, dtype = rows_x0.shape[0], x0.shape[1], x0.device, x0.dtype
     with fake_mode:  # the working set's buffers, all sharing the one row-count symbol
-        rows = [torch.empty(n, d, dtype=dtype, device=device), rows_x0,
-                torch.empty(n, d, dtype=dtype, device=device),
-                *(torch.empty(n, dtype=flags, device=device)
-                  for flags in (torch.bool, torch.bool, torch.long)),
-                torch.empty(n, 1, dtype=torch.long, device=device)]
+        rows = [
+            torch.empty(n, d, dtype=dtype, device=device),
+            rows_x0,
+            torch.empty(n, d, dtype=dtype, device=device),
+            *(
+                torch.empty(n, dtype=flags, device=device)
+                for flags in (torch.bool, torch.bool, torch.long)
+            ),
+            torch.empty(n, 1, dtype=torch.long, device=device),
+        ]
     fixed = [fake_mode.from_tensor(t, static_shapes=True) for t in state]
-    scalars = [fake_mode.from_tensor(torch.empty(shape, dtype=dtype, device=device),
-                                     static_shapes=True) for shape in ((), (4,))]
-    args = [*fixed, *rows, *scalars,
-            *(fake_mode.from_tensor(t, static_shapes=True) for t in constraints)]
+    scalars = [
+        fake_mode.from_tensor(torch.empty(shape, dtype=dtype, device=device), static_shapes=True)
+        for shape in ((), (4,))
+    ]
+    args = [
+        *fixed,
+        *rows,
+        *scalars,
+        *(fake_mode.from_tensor(t, static_shapes=True) for t in constraints),
+    ]
     with torch.no_grad():
         graph = make_fx(iteration, tracing_mode="symbolic")(*args)
         compiled = torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")
     if fake_mode.shape_env.guards:  # nothing would check them at a call: refuse the graph
-        raise RuntimeError("the graph holds only for some row counts: "
-                           + fake_mode.shape_env.format_guards().replace("\n", ";"))
+        raise RuntimeError(
+            "the graph holds only for some row counts: "
+            + fake_mode.shape_env.format_guards().replace("\n", ";")
+        )
     return compiled

@@ -217,12 +217,22 @@ class MNISTData:
     domain: list[tuple[float, float]] = field(default_factory=lambda: [(-1.0, 1.0)] * N_FEATURES)
 
     def loader(
-        self, batch_size: int = 128, shuffle: bool = True, seed: int = 0, *, rank: int = 0,
+        self,
+        batch_size: int = 128,
+        shuffle: bool = True,
+        seed: int = 0,
+        *,
+        rank: int = 0,
         world_size: int = 1,
     ) -> DeviceLoader:
         """Training batches (shuffled on the device); ``rank``/``world_size`` shard them for DDP."""
         return DeviceLoader(
-            self.x, self.y, batch_size, shuffle=shuffle, seed=seed, rank=rank,
+            self.x,
+            self.y,
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
             world_size=world_size,
         )
 

@@ -85,8 +85,12 @@ def _launch_environment() -> tuple[int, int, int, int]:
     SLURM's (one srun task per device), else a single process."""
     if _env_int("WORLD_SIZE") is not None:
         world = _env_int("WORLD_SIZE")
-        return (_env_int("RANK") or 0, world, _env_int("LOCAL_RANK") or 0,
-                _env_int("LOCAL_WORLD_SIZE") or world)
+        return (
+            _env_int("RANK") or 0,
+            world,
+            _env_int("LOCAL_RANK") or 0,
+            _env_int("LOCAL_WORLD_SIZE") or world,
+        )
     ntasks = _env_int("SLURM_NTASKS") or 1
     if ntasks > 1 and _env_int("SLURM_PROCID") is not None:
         if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
@@ -311,4 +315,3 @@ def global_accuracy(model: nn.Module, x: Tensor, y: Tensor) -> float:
     rows = shard_rows(x.shape[0])
     correct = (predict(model, x[rows]) == y[rows].to(x.device)).sum().to(torch.float64)
     return float(sum_over_ranks(correct)) / x.shape[0]
-

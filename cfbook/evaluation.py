@@ -59,8 +59,12 @@ class EvaluationConfig:
     def generator(self, lambda_energy: float, cf_batchsize: int | None) -> NativeGenerator:
         """The ECCo-style test-time search: energy penalty only, no cost term."""
         return NativeGenerator(
-            maxiter=self.maxiter, tau=self.tau, lambda_cost=0.0, lambda_energy=lambda_energy,
-            step_size=self.step_size, cf_batchsize=cf_batchsize,
+            maxiter=self.maxiter,
+            tau=self.tau,
+            lambda_cost=0.0,
+            lambda_energy=lambda_energy,
+            step_size=self.step_size,
+            cf_batchsize=cf_batchsize,
         )
 
 
@@ -88,8 +92,14 @@ def mean_se(values: Sequence[float | None]) -> dict[str, float | int | None]:
     return {"mean": mean, "se": se, "n": n}
 
 
-def _ip_star(cf: Tensor, target: Tensor, ref_x: Tensor, ref_y: Tensor, config: EvaluationConfig,
-             rng: torch.Generator) -> tuple[float | None, int]:
+def _ip_star(
+    cf: Tensor,
+    target: Tensor,
+    ref_x: Tensor,
+    ref_y: Tensor,
+    config: EvaluationConfig,
+    rng: torch.Generator,
+) -> tuple[float | None, int]:
     """Unbiased MMD^2 between the counterfactuals of each target class and up to ``ip_draws``
     samples of that class, averaged over classes weighted by their counterfactuals."""
     total, count = 0.0, 0
@@ -105,8 +115,15 @@ def _ip_star(cf: Tensor, target: Tensor, ref_x: Tensor, ref_y: Tensor, config: E
 
 
 def _quality(
-    model: nn.Module, x: Tensor, target: Tensor, ref_x: Tensor, ref_y: Tensor,
-    generator: NativeGenerator, domain: Domain, config: EvaluationConfig, rng: torch.Generator,
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    ref_x: Tensor,
+    ref_y: Tensor,
+    generator: NativeGenerator,
+    domain: Domain,
+    config: EvaluationConfig,
+    rng: torch.Generator,
 ) -> tuple[dict[str, Any], float]:
     """One search and its measures, and the search's seconds; only valid counterfactuals
     (argmax = target, as in the paper) enter cost, IP and IP*."""
@@ -117,8 +134,13 @@ def _quality(
     valid = predict(model, found.counterfactual) == target
     n_valid = int(valid.sum())
     record: dict[str, Any] = {
-        "n": x.shape[0], "n_valid": n_valid, "validity": n_valid / x.shape[0],
-        "cost": None, "ip": None, "ip_star": None, "n_ip_star": 0,
+        "n": x.shape[0],
+        "n_valid": n_valid,
+        "validity": n_valid / x.shape[0],
+        "cost": None,
+        "ip": None,
+        "ip_star": None,
+        "n_ip_star": 0,
     }
     if n_valid:
         cf, tv = found.counterfactual[valid], target[valid]
@@ -140,8 +162,9 @@ def _pooled(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def _perturb(model: nn.Module, x: Tensor, y: Tensor, c: Constraints, eps: float,
-             steps: int) -> Tensor:
+def _perturb(
+    model: nn.Module, x: Tensor, y: Tensor, c: Constraints, eps: float, steps: int
+) -> Tensor:
     """FGSM (``steps`` = 1, one full-size step) or PGD (sign steps of 2.5 eps / steps, projected
     on the eps ball and the domain); deterministic, starting at ``x`` itself."""
     alpha = eps if steps == 1 else 2.5 * eps / steps
@@ -155,8 +178,14 @@ def _perturb(model: nn.Module, x: Tensor, y: Tensor, c: Constraints, eps: float,
 
 
 def attack_accuracy(
-    model: nn.Module, x: Tensor, y: Tensor, *, epsilons: Sequence[float], pgd_steps: int,
-    domain: Domain, batch_size: int = 512,
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    epsilons: Sequence[float],
+    pgd_steps: int,
+    domain: Domain,
+    batch_size: int = 512,
 ) -> dict[str, Any]:
     """Accuracy on clean inputs and under L-inf FGSM and PGD at each epsilon, in eval mode."""
     c = make_constraints(domain, None, x.shape[1], device=x.device, dtype=x.dtype)
@@ -182,8 +211,13 @@ def _quantise(x: Tensor, low: float, high: float) -> list[str]:
 
 
 def gallery(
-    model: nn.Module, x: Tensor, y: Tensor, *, config: EvaluationConfig,
-    domain: tuple[float, float], cf_batchsize: int | None = None,
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    config: EvaluationConfig,
+    domain: tuple[float, float],
+    cf_batchsize: int | None = None,
 ) -> dict[str, Any]:
     """One held-out digit per class (the first of a seeded order) with a seeded target, its
     counterfactual under the test-time search, and whether it is valid. The digits and targets
@@ -256,20 +290,34 @@ def evaluate(
         per_lambda = {}
         for lam in config.lambda_energy:
             per_lambda[f"{lam:g}"], spent = _quality(
-                model, x_eval[idx], target, x_ref, y_ref, config.generator(lam, cf_batchsize),
-                domain, config, rng,
+                model,
+                x_eval[idx],
+                target,
+                x_ref,
+                y_ref,
+                config.generator(lam, cf_batchsize),
+                domain,
+                config,
+                rng,
             )
             seconds += spent
             searched += idx.shape[0]
-        run_records.append({"run": r, "per_lambda": per_lambda,
-                            "pooled": _pooled(list(per_lambda.values()))})
+        run_records.append(
+            {"run": r, "per_lambda": per_lambda, "pooled": _pooled(list(per_lambda.values()))}
+        )
         if progress is not None:
             pooled = run_records[-1]["pooled"]
             progress(f"evaluation run {r + 1}/{runs}: validity {pooled['validity']:.2f}")
     n_attack = config.attack_samples or x_eval.shape[0]
     robustness = [
-        attack_accuracy(m, x_eval[:n_attack], y_eval[:n_attack], epsilons=config.epsilons,
-                        pgd_steps=config.pgd_steps, domain=domain)
+        attack_accuracy(
+            m,
+            x_eval[:n_attack],
+            y_eval[:n_attack],
+            epsilons=config.epsilons,
+            pgd_steps=config.pgd_steps,
+            domain=domain,
+        )
         for m in models
     ]
     return {
@@ -280,10 +328,14 @@ def evaluate(
         "runs": run_records,
         "summary": _summary(run_records, config),
         "robustness": {"per_model": robustness, "summary": _robustness_summary(robustness)},
-        "gallery": gallery(models[0], x_eval, y_eval, config=config, domain=domain,
-                           cf_batchsize=cf_batchsize),
-        "throughput": {"counterfactuals": searched, "seconds": seconds,
-                       "per_second": searched / seconds if seconds else None},
+        "gallery": gallery(
+            models[0], x_eval, y_eval, config=config, domain=domain, cf_batchsize=cf_batchsize
+        ),
+        "throughput": {
+            "counterfactuals": searched,
+            "seconds": seconds,
+            "per_second": searched / seconds if seconds else None,
+        },
     }
 
 
@@ -307,8 +359,9 @@ def _robustness_summary(per_model: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "clean": mean_se([m["clean"] for m in per_model]),
         **{
-            attack: {eps: mean_se([m[attack][eps] for m in per_model])
-                     for eps in per_model[0][attack]}
+            attack: {
+                eps: mean_se([m[attack][eps] for m in per_model]) for eps in per_model[0][attack]
+            }
             for attack in ("fgsm", "pgd")
         },
     }

@@ -31,27 +31,47 @@ def gallery_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
     _check_gallery(full, vanilla)
     g_ct, g_base = full["gallery"], vanilla["gallery"]
     factual = decode_levels(g_ct["factual"])
-    cf = {"vanilla": decode_levels(g_base["counterfactual"]),
-          "full": decode_levels(g_ct["counterfactual"])}
+    cf = {
+        "vanilla": decode_levels(g_base["counterfactual"]),
+        "full": decode_levels(g_ct["counterfactual"]),
+    }
     n = factual.shape[0]
     titles = []
     for i in range(n):
-        marks = {k: "✓" if g["valid"][i] else "✗ invalid"
-                 for k, g in (("vanilla", g_base), ("full", g_ct))}
-        titles += [f"{g_ct['label'][i]} → {g_ct['target'][i]}", f"baseline {marks['vanilla']}",
-                   f"CT {marks['full']}", "baseline change", "CT change"]
-    fig = make_subplots(rows=n, cols=5, subplot_titles=titles, horizontal_spacing=0.01,
-                        vertical_spacing=0.3 / n)
+        marks = {
+            k: "✓" if g["valid"][i] else "✗ invalid"
+            for k, g in (("vanilla", g_base), ("full", g_ct))
+        }
+        titles += [
+            f"{g_ct['label'][i]} → {g_ct['target'][i]}",
+            f"baseline {marks['vanilla']}",
+            f"CT {marks['full']}",
+            "baseline change",
+            "CT change",
+        ]
+    fig = make_subplots(
+        rows=n, cols=5, subplot_titles=titles, horizontal_spacing=0.01, vertical_spacing=0.3 / n
+    )
     for i in range(n):
-        images = [factual[i], cf["vanilla"][i], cf["full"][i],
-                  cf["vanilla"][i] - factual[i], cf["full"][i] - factual[i]]
+        images = [
+            factual[i],
+            cf["vanilla"][i],
+            cf["full"][i],
+            cf["vanilla"][i] - factual[i],
+            cf["full"][i] - factual[i],
+        ]
         for j, image in enumerate(images):
             change = j >= 3
-            fig.add_trace(go.Heatmap(
-                z=image.reshape(28, 28).tolist(), coloraxis="coloraxis2" if change else "coloraxis",
-                hovertemplate=("change %{z} of 255" if change else "ink %{z} of 255")
-                + "<extra></extra>",
-            ), row=i + 1, col=j + 1)
+            fig.add_trace(
+                go.Heatmap(
+                    z=image.reshape(28, 28).tolist(),
+                    coloraxis="coloraxis2" if change else "coloraxis",
+                    hovertemplate=("change %{z} of 255" if change else "ink %{z} of 255")
+                    + "<extra></extra>",
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
     fig.update_xaxes(visible=False, constrain="domain")
     fig.update_yaxes(visible=False, autorange="reversed", constrain="domain")
     for k in range(n * 5):
@@ -59,12 +79,18 @@ def gallery_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
         fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
     fig.update_annotations(font_size=11)
     fig.update_layout(
-        template=TEMPLATE, height=125 * n + 60, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        template=TEMPLATE,
+        height=125 * n + 60,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
         coloraxis={"colorscale": _IMAGE_SCALE, "cmin": 0, "cmax": 255, "showscale": False},
-        coloraxis2={"colorscale": _CHANGE_SCALE, "cmin": -255, "cmax": 255,
-                    "colorbar": {"title": "change", "len": 0.3}},
+        coloraxis2={
+            "colorscale": _CHANGE_SCALE,
+            "cmin": -255,
+            "cmax": 255,
+            "colorbar": {"title": "change", "len": 0.3},
+        },
         title=f"The same held-out digits, searched in both models (energy weight "
-              f"{g_ct['lambda_energy']:g})",
+        f"{g_ct['lambda_energy']:g})",
     )
     return fig
 
@@ -81,15 +107,28 @@ def quality_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
         weights = list(result["summary"]["per_lambda"])
         for col, measure in enumerate(MEASURES, start=1):
             stats = [result["summary"]["per_lambda"][w][measure] for w in weights]
-            fig.add_trace(go.Scatter(
-                x=[float(w) for w in weights], y=[s["mean"] for s in stats],
-                error_y=_errors(stats), name=NAMES[mode], legendgroup=mode, showlegend=col == 1,
-                mode="lines+markers", line={"color": COLOURS[mode]},
-                hovertemplate=f"{NAMES[mode]}<br>weight %{{x}}: %{{y:.3f}}<extra></extra>",
-            ), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=[float(w) for w in weights],
+                    y=[s["mean"] for s in stats],
+                    error_y=_errors(stats),
+                    name=NAMES[mode],
+                    legendgroup=mode,
+                    showlegend=col == 1,
+                    mode="lines+markers",
+                    line={"color": COLOURS[mode]},
+                    hovertemplate=f"{NAMES[mode]}<br>weight %{{x}}: %{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(type="log", title_text="energy weight")
-    fig.update_layout(template=TEMPLATE, height=360, margin={"t": 60, "b": 40},
-                      legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(
+        template=TEMPLATE,
+        height=360,
+        margin={"t": 60, "b": 40},
+        legend={"orientation": "h", "y": -0.25},
+    )
     return fig
 
 
@@ -101,12 +140,23 @@ def robustness_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figur
         for col, attack in enumerate(("fgsm", "pgd"), start=1):
             eps = list(summary[attack])
             stats = [summary["clean"]] + [summary[attack][e] for e in eps]
-            fig.add_trace(go.Scatter(
-                x=[0.0] + [float(e) for e in eps], y=[s["mean"] for s in stats],
-                error_y=_errors(stats), name=NAMES[mode], legendgroup=mode, showlegend=col == 1,
-                mode="lines+markers", line={"color": COLOURS[mode]},
-                hovertemplate=f"{NAMES[mode]}<br>eps %{{x}}: accuracy %{{y:.3f}}<extra></extra>",
-            ), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=[0.0] + [float(e) for e in eps],
+                    y=[s["mean"] for s in stats],
+                    error_y=_errors(stats),
+                    name=NAMES[mode],
+                    legendgroup=mode,
+                    showlegend=col == 1,
+                    mode="lines+markers",
+                    line={"color": COLOURS[mode]},
+                    hovertemplate=(
+                        f"{NAMES[mode]}<br>eps %{{x}}: accuracy %{{y:.3f}}<extra></extra>"
+                    ),
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(title_text="epsilon (L-inf, data in [-1, 1])")
     fig.update_yaxes(title_text="accuracy", row=1, col=1)
     fig.update_layout(template=TEMPLATE, height=380, margin={"t": 60, "b": 40})

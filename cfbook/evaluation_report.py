@@ -79,8 +79,11 @@ def compare_quality(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Compa
             _change(a["pooled"][key], b["pooled"][key], higher)
             for a, b in zip(full["runs"], vanilla["runs"], strict=True)
         ]
-        rows.append(Comparison(key, label, higher, full["summary"][key],
-                               vanilla["summary"][key], mean_se(changes)))
+        rows.append(
+            Comparison(
+                key, label, higher, full["summary"][key], vanilla["summary"][key], mean_se(changes)
+            )
+        )
     return rows
 
 
@@ -89,17 +92,28 @@ def compare_robustness(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Co
     _check_pair(full, vanilla)
     a, b = full["robustness"]["per_model"], vanilla["robustness"]["per_model"]
     pairs = list(zip(a, b, strict=False))  # models pair by training seed; one model pairs once
-    rows = [Comparison("clean", "clean accuracy", True, full["robustness"]["summary"]["clean"],
-                       vanilla["robustness"]["summary"]["clean"],
-                       mean_se([_change(x["clean"], y["clean"], True) for x, y in pairs]))]
+    rows = [
+        Comparison(
+            "clean",
+            "clean accuracy",
+            True,
+            full["robustness"]["summary"]["clean"],
+            vanilla["robustness"]["summary"]["clean"],
+            mean_se([_change(x["clean"], y["clean"], True) for x, y in pairs]),
+        )
+    ]
     for attack in ("fgsm", "pgd"):
         for eps in full["robustness"]["summary"][attack]:
-            rows.append(Comparison(
-                f"{attack}_{eps}", f"{attack.upper()} accuracy, eps {eps}", True,
-                full["robustness"]["summary"][attack][eps],
-                vanilla["robustness"]["summary"][attack][eps],
-                mean_se([_change(x[attack][eps], y[attack][eps], True) for x, y in pairs]),
-            ))
+            rows.append(
+                Comparison(
+                    f"{attack}_{eps}",
+                    f"{attack.upper()} accuracy, eps {eps}",
+                    True,
+                    full["robustness"]["summary"][attack][eps],
+                    vanilla["robustness"]["summary"][attack][eps],
+                    mean_se([_change(x[attack][eps], y[attack][eps], True) for x, y in pairs]),
+                )
+            )
     return rows
 
 
@@ -125,8 +139,10 @@ def comparison_table(rows: list[Comparison]) -> str:
     ]
     for row in rows:
         direction = "higher" if row.higher_is_better else "lower"
-        lines.append(f"| {row.label} ({direction} is better) | {_value(row.ct)} | "
-                     f"{_value(row.baseline)} | {_pct(row.change)} |")
+        lines.append(
+            f"| {row.label} ({direction} is better) | {_value(row.ct)} | "
+            f"{_value(row.baseline)} | {_pct(row.change)} |"
+        )
     return "\n".join(lines)
 
 
@@ -136,11 +152,17 @@ def _verdict(row: Comparison) -> str:
     if abs(row.change["mean"]) < 0.05:
         return f"**{row.label}:** the same for both models ({_value(row.ct)})."
     better = "better" if row.ct_better else "worse"
-    strength = ("clearly, by more than twice the standard error" if row.clear else
-                "but within the run-to-run noise" if row.change["se"] is not None else
-                "from a single run, so without an error estimate")
-    return (f"**{row.label}:** CT is {better} by {abs(row.change['mean']):.1f} % "
-            f"({_value(row.ct)} against {_value(row.baseline)}), {strength}.")
+    strength = (
+        "clearly, by more than twice the standard error"
+        if row.clear
+        else "but within the run-to-run noise"
+        if row.change["se"] is not None
+        else "from a single run, so without an error estimate"
+    )
+    return (
+        f"**{row.label}:** CT is {better} by {abs(row.change['mean']):.1f} % "
+        f"({_value(row.ct)} against {_value(row.baseline)}), {strength}."
+    )
 
 
 def evaluation_text(quality: list[Comparison], robustness: list[Comparison]) -> str:
@@ -152,16 +174,19 @@ def evaluation_text(quality: list[Comparison], robustness: list[Comparison]) -> 
         paragraphs.append(
             "**The claim held here:** the counterfactuals of the CT model lie closer to real "
             "digits of their target class (lower IP) than the baseline's, searched with the same "
-            "generator from the same factuals.")
+            "generator from the same factuals."
+        )
     elif ip.ct_better:
         paragraphs.append(
             "**The claim is not settled here:** the CT model's counterfactuals lie slightly "
             "closer to real digits of their target class (lower IP) than the baseline's, but by "
-            "less than the runs can tell apart from chance.")
+            "less than the runs can tell apart from chance."
+        )
     elif ip.ct_better is False:
         paragraphs.append(
             "**The claim did not hold here:** the CT model's counterfactuals are not closer to "
-            "real digits of their target class than the baseline's (IP).")
+            "real digits of their target class than the baseline's (IP)."
+        )
     paragraphs += [_verdict(by_key[key]) for key in ("ip", "ip_star", "cost", "validity")]
     paragraphs.append(_verdict(by_key["clean"]))
     fgsm = by_key.get(f"fgsm_{ATTACK_EPS}")
@@ -215,18 +240,26 @@ def paper_text(quality: list[Comparison], robustness: list[Comparison]) -> str:
         same_sign = math.copysign(1, ours) == math.copysign(1, paper)
         out.append(
             f"- **{name}:** the paper reports {paper:+.2f} % (± {paper_se:g}), we measure "
-            f"{ours:+.1f} %; " + ("the same direction" if same_sign else
-                                  "the opposite direction, a contradiction of the paper") + ".")
+            f"{ours:+.1f} %; "
+            + (
+                "the same direction"
+                if same_sign
+                else "the opposite direction, a contradiction of the paper"
+            )
+            + "."
+        )
     clean, fgsm = by_key["clean"], by_key.get(f"fgsm_{ATTACK_EPS}")
     out.append(
         f"- **Clean accuracy:** the paper has CT {PAPER_MNIST['clean'][0]:.2f} against "
         f"{PAPER_MNIST['clean'][1]:.2f}; we have {_value(clean.ct)} against "
-        f"{_value(clean.baseline)}.")
+        f"{_value(clean.baseline)}."
+    )
     if fgsm is not None:
         ct_wins = fgsm.ct["mean"] > fgsm.baseline["mean"]
         out.append(
             f"- **FGSM at eps {ATTACK_EPS}:** the paper has CT more robust "
             f"({PAPER_MNIST['fgsm_0.03'][0]:.2f} against {PAPER_MNIST['fgsm_0.03'][1]:.2f}); "
             f"here CT is {'more' if ct_wins else 'not more'} robust ({_value(fgsm.ct)} against "
-            f"{_value(fgsm.baseline)}).")
+            f"{_value(fgsm.baseline)})."
+        )
     return "\n".join(out)

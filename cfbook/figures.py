@@ -168,8 +168,9 @@ def _slope(x: list[int], y: list[float]) -> float:
     )
 
 
-def _line(name: str, key: str, x: list[int], y: list[float], *, show: bool, unit: str,
-          dash: str = "solid"):
+def _line(
+    name: str, key: str, x: list[int], y: list[float], *, show: bool, unit: str, dash: str = "solid"
+):
     return go.Scatter(
         x=x,
         y=y,
@@ -214,8 +215,18 @@ def comparison_figure(
         fig.add_trace(_line(label, key, *_series(log, "acc"), show=False, unit=""), 1, 2)
     impl_x, impl_y = _series(log_full, "implaus")
     fig.add_trace(_line("Full objective", "full", impl_x, impl_y, show=False, unit=""), 1, 3)
-    fig.add_trace(_line("Full objective, valid counterfactuals only", "full",
-                        *_series(log_full, "implaus_valid"), show=True, unit="", dash="dot"), 1, 3)
+    fig.add_trace(
+        _line(
+            "Full objective, valid counterfactuals only",
+            "full",
+            *_series(log_full, "implaus_valid"),
+            show=True,
+            unit="",
+            dash="dot",
+        ),
+        1,
+        3,
+    )
     if not impl_x:
         fig.add_annotation(
             text="no counterfactual epochs in this run",
@@ -538,4 +549,3 @@ def _setting(profile: Profile, name: str) -> str:
     if isinstance(value, tuple):
         return ", ".join(f"{v:g}" for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
-

@@ -235,8 +235,13 @@ class NativeGenerator(SearchParameters):
         @torch.no_grad()
         def write_back() -> None:
             """Copy the working set into the chunk's buffers (where it does not share them)."""
-            for full, part in ((x, ws.x), (nascent, ws.nascent), (within, ws.within),
-                               (active, ws.active), (iterations, ws.iterations)):
+            for full, part in (
+                (x, ws.x),
+                (nascent, ws.nascent),
+                (within, ws.within),
+                (active, ws.active),
+                (iterations, ws.iterations),
+            ):
                 if part is not full:
                     full[ws.rows] = part
 

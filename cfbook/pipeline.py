@@ -161,8 +161,16 @@ class _Indented:
 
 
 def _execute(
-    stage: str, source: Path, output: Path, parameters: dict | None, *, cwd: Path, kernel: str,
-    verbose: bool, stream: bool = False, keep_metadata: tuple[str, ...] = (),
+    stage: str,
+    source: Path,
+    output: Path,
+    parameters: dict | None,
+    *,
+    cwd: Path,
+    kernel: str,
+    verbose: bool,
+    stream: bool = False,
+    keep_metadata: tuple[str, ...] = (),
 ) -> float:
     """Run one notebook in a fresh kernel; return its wall time or raise :class:`StageFailed`.
 
@@ -177,12 +185,19 @@ def _execute(
     start = time.perf_counter()
     echo = (
         {"stdout_file": _Indented(sys.stdout), "stderr_file": _Indented(sys.stderr)}
-        if stream else {}
+        if stream
+        else {}
     )
     try:
         papermill.execute_notebook(
-            str(source), str(running), parameters=parameters, kernel_name=kernel, cwd=str(cwd),
-            progress_bar=False, log_output=verbose and not stream, **echo,
+            str(source),
+            str(running),
+            parameters=parameters,
+            kernel_name=kernel,
+            cwd=str(cwd),
+            progress_bar=False,
+            log_output=verbose and not stream,
+            **echo,
             # Quiet the kernel's own log (e.g. its TCP notice); cell errors land in the notebook.
             extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
         )
@@ -226,15 +241,23 @@ def _reuse_reason(paths: list[Path], profile: Profile) -> str | None:
         print(f"       {err}; training again")
         return None
     if any(config != profile.config() for config in configs):
-        print(f"       {logs[0]} was made with another {profile.name!r} configuration; "
-              "training again")
+        print(
+            f"       {logs[0]} was made with another {profile.name!r} configuration; training again"
+        )
         return None
     return f"reusing {logs[0]} and its evaluation; pass --force to retrain"
 
 
 def _train(
-    stage: str, mode: str, profile: Profile, source: Path, *, data_dir: Path, force: bool,
-    kernel: str, verbose: bool,
+    stage: str,
+    mode: str,
+    profile: Profile,
+    source: Path,
+    *,
+    data_dir: Path,
+    force: bool,
+    kernel: str,
+    verbose: bool,
 ) -> None:
     """One training stage: reuse its log, or train in a fresh kernel, resuming a checkpoint."""
     outputs = stage_outputs(data_dir, profile, mode)
@@ -242,15 +265,23 @@ def _train(
     if reason is not None:
         print(f"{INDENT}{reason}", flush=True)
         return
-    checkpoints = [stage_checkpoint_dir(data_dir, profile.name, mode, run)
-                   for run in range(1, profile.runs + 1)]
+    checkpoints = [
+        stage_checkpoint_dir(data_dir, profile.name, mode, run)
+        for run in range(1, profile.runs + 1)
+    ]
     if force:
         for folder in checkpoints:
             shutil.rmtree(folder, ignore_errors=True)
     notebook = stage_notebook_path(data_dir, profile.name, mode)
     seconds = _execute(
-        stage, source, notebook, {"CT_MODE": mode, "profile": profile.name}, cwd=source.parent,
-        kernel=kernel, verbose=verbose, stream=True,
+        stage,
+        source,
+        notebook,
+        {"CT_MODE": mode, "profile": profile.name},
+        cwd=source.parent,
+        kernel=kernel,
+        verbose=verbose,
+        stream=True,
         keep_metadata=("parameters", "exception", "duration"),
     )
     missing = [p for p in outputs if not p.is_file()]
@@ -259,8 +290,10 @@ def _train(
     # The logs and the evaluation are the stage's result; checkpoints only served interruptions.
     for folder in checkpoints:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{INDENT}done in {format_duration(seconds)} -> {outputs[0].parent} "
-          f"(notebook {notebook})", flush=True)
+    print(
+        f"{INDENT}done in {format_duration(seconds)} -> {outputs[0].parent} (notebook {notebook})",
+        flush=True,
+    )
 
 
 def run_pipeline(
@@ -316,7 +349,13 @@ def run_pipeline(
             stage = f"training, CT_MODE={mode}"
             print(f"[{step}/{n_steps}] {stage}", flush=True)
             _train(
-                stage, mode, profile, training, data_dir=data_dir, force=force, kernel=kernel,
+                stage,
+                mode,
+                profile,
+                training,
+                data_dir=data_dir,
+                force=force,
+                kernel=kernel,
                 verbose=verbose,
             )
         if stages_only:
@@ -328,8 +367,13 @@ def run_pipeline(
             print(f"[{step}/{n_steps}] {stage}", flush=True)
             output = build_dir / chapter
             seconds = _execute(
-                stage, project_dir / chapter, output, None, cwd=(project_dir / chapter).parent,
-                kernel=kernel, verbose=verbose,
+                stage,
+                project_dir / chapter,
+                output,
+                None,
+                cwd=(project_dir / chapter).parent,
+                kernel=kernel,
+                verbose=verbose,
             )
             print(f"{INDENT}done in {format_duration(seconds)} -> {output}", flush=True)
     index = None
@@ -359,7 +403,8 @@ def _parser() -> argparse.ArgumentParser:
         "chapter in plot mode, and build the website.",
     )
     parser.add_argument(
-        "--profile", choices=sorted(PROFILES),
+        "--profile",
+        choices=sorted(PROFILES),
         help="training configuration (default: $CFBOOK_PROFILE, else tutorial on a GPU, cpu "
         "otherwise)",
     )
@@ -369,18 +414,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--project-dir", type=Path, help=f"folder holding {CONFIG_FILE}")
     parser.add_argument("--data-dir", type=Path, help="MNIST/raw and the logs (default: data/)")
     parser.add_argument(
-        "--build-dir", type=Path,
+        "--build-dir",
+        type=Path,
         help="where executed chapters go, at their _quarto.yml paths (default: the project "
         "itself, executed in place)",
     )
     parser.add_argument("--site-dir", type=Path, help="website output (default: _site/)")
     parser.add_argument(
-        "--site-builder", choices=sorted(_SITE_BUILDERS), default="auto",
+        "--site-builder",
+        choices=sorted(_SITE_BUILDERS),
+        default="auto",
         help="auto: Quarto when it is on PATH, else nbconvert",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="stream the notebooks' output")
     parser.add_argument(
-        "--threads", type=int,
+        "--threads",
+        type=int,
         help="torch CPU threads of the training stages (default: one per core; fewer when other "
         "work shares the cores)",
     )
@@ -395,10 +444,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _, profile = resolve_parameters("plot", args.profile)
         run_pipeline(
-            profile, project_dir=args.project_dir, data_dir=args.data_dir, build_dir=args.build_dir,
-            site_dir=args.site_dir, force=args.force, stages_only=args.stages_only,
+            profile,
+            project_dir=args.project_dir,
+            data_dir=args.data_dir,
+            build_dir=args.build_dir,
+            site_dir=args.site_dir,
+            force=args.force,
+            stages_only=args.stages_only,
             site=not args.no_site,
-            use_quarto=_SITE_BUILDERS[args.site_builder], verbose=args.verbose,
+            use_quarto=_SITE_BUILDERS[args.site_builder],
+            verbose=args.verbose,
             threads=args.threads,
         )
     except StageFailed as err:

@@ -35,7 +35,13 @@ MODEL_NAMES = tuple(MODELS)
 
 
 _POSITIVE_INTS = (
-    "nepochs", "batch_size", "nce", "cf_batchsize", "maxiter", "accuracy_every", "runs",
+    "nepochs",
+    "batch_size",
+    "nce",
+    "cf_batchsize",
+    "maxiter",
+    "accuracy_every",
+    "runs",
 )
 #: The search settings a profile can name: CT.jl's NativeGenerator() defaults, or the paper's.
 GENERATORS = {"native": {}, "paper": PAPER_SEARCH}
@@ -116,33 +122,83 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     # The Julia "Training on GPU" tutorial's run, value for value; the paper's evaluation.
     "tutorial": Profile(
-        name="tutorial", model="resnet18", n=5000, nepochs=25, batch_size=128, lr=1e-3,
-        nce=1024, cf_batchsize=128, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
+        name="tutorial",
+        model="resnet18",
+        n=5000,
+        nepochs=25,
+        batch_size=128,
+        lr=1e-3,
+        nce=1024,
+        cf_batchsize=128,
+        maxiter=30,
+        burnin=0.2,
+        accuracy_every=2,
+        seed=42,
     ),
     # Same model and search on fewer samples and epochs: shows the same effects on a 2-core CPU.
     # The evaluation attacks 500 held-out digits and draws 3 x 100 factuals from one model.
     "cpu": Profile(
-        name="cpu", model="resnet18", n=3000, nepochs=20, batch_size=128, lr=1e-3,
-        nce=512, cf_batchsize=512, maxiter=30, burnin=0.2, accuracy_every=2, seed=42,
+        name="cpu",
+        model="resnet18",
+        n=3000,
+        nepochs=20,
+        batch_size=128,
+        lr=1e-3,
+        nce=512,
+        cf_batchsize=512,
+        maxiter=30,
+        burnin=0.2,
+        accuracy_every=2,
+        seed=42,
         evaluation=EvaluationConfig(runs=3, attack_samples=500),
     ),
     # Seconds per training: exercises every code path (burn-in, skipped accuracy, several runs,
     # the evaluation) for tests.
     "smoke": Profile(
-        name="smoke", model="mlp", n=300, nepochs=4, batch_size=64, lr=1e-3,
-        nce=32, cf_batchsize=32, maxiter=5, burnin=0.25, accuracy_every=2, seed=42, runs=2,
+        name="smoke",
+        model="mlp",
+        n=300,
+        nepochs=4,
+        batch_size=64,
+        lr=1e-3,
+        nce=32,
+        cf_batchsize=32,
+        maxiter=5,
+        burnin=0.25,
+        accuracy_every=2,
+        seed=42,
+        runs=2,
         evaluation=EvaluationConfig(
-            n_factuals=10, runs=2, lambda_energy=(1.0, 5.0), maxiter=20, ip_draws=50,
-            epsilons=(0.03,), pgd_steps=2, attack_samples=100,
+            n_factuals=10,
+            runs=2,
+            lambda_energy=(1.0, 5.0),
+            maxiter=20,
+            ip_draws=50,
+            epsilons=(0.03,),
+            pgd_steps=2,
+            attack_samples=100,
         ),
     ),
     # The CT paper's MNIST experiment: MLP 784-32-10, 100 epochs, batch 1000, Adam 1e-3, no
     # burn-in, nce 5000, lambdas [1, 0.5, 0.01, 0.25], its generator at tau 0.5; 3 seeds. Every
     # training sample the data source has (the full training split when present).
     "paper": Profile(
-        name="paper", model="mlp", n=None, nepochs=100, batch_size=1000, lr=1e-3,
-        nce=5000, cf_batchsize=5000, maxiter=30, burnin=0.0, accuracy_every=5, seed=42, runs=3,
-        lambdas=(1.0, 0.5, 0.01, 0.25), generator="paper", tau=0.5,
+        name="paper",
+        model="mlp",
+        n=None,
+        nepochs=100,
+        batch_size=1000,
+        lr=1e-3,
+        nce=5000,
+        cf_batchsize=5000,
+        maxiter=30,
+        burnin=0.0,
+        accuracy_every=5,
+        seed=42,
+        runs=3,
+        lambdas=(1.0, 0.5, 0.01, 0.25),
+        generator="paper",
+        tau=0.5,
     ),
 }
 

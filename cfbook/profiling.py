@@ -71,7 +71,7 @@ class EpochProfiler:
         seconds = dict.fromkeys(REGIONS, 0.0)
         for event in events:
             if event.key.startswith(_PREFIX):
-                seconds[event.key[len(_PREFIX):]] += event.cpu_time_total / 1e6
+                seconds[event.key[len(_PREFIX) :]] += event.cpu_time_total / 1e6
         seconds["bookkeeping"] = max(0.0, wall - sum(seconds.values()))
         device_time = self.device.type == "cuda"
         ops = sorted(

@@ -35,7 +35,12 @@ class EpochProgress:
     """
 
     def __init__(
-        self, name: str, nepochs: int, start: int = 1, *, enabled: bool = True,
+        self,
+        name: str,
+        nepochs: int,
+        start: int = 1,
+        *,
+        enabled: bool = True,
         stream: TextIO | None = None,
     ):
         self.name, self.nepochs, self.enabled = name, nepochs, enabled
@@ -55,7 +60,8 @@ class EpochProgress:
         per_epoch, self._t_last = now - self._t_last, now
         left = self.nepochs - epoch
         status = (
-            f"{format_duration(left * per_epoch)} left" if left > 0
+            f"{format_duration(left * per_epoch)} left"
+            if left > 0
             else f"done in {format_duration(now - self._t_start)}"
         )
         text = f"epoch {epoch}/{self.nepochs}, {per_epoch:.1f} s/epoch, {status}"

@@ -53,8 +53,15 @@ def launcher(processes: int) -> list[str]:
     """The command that starts ``processes`` local processes of a module (``-m`` ends it)."""
     if processes == 1:
         return [sys.executable, "-m"]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={processes}", "--max-restarts=0", "-m"]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "--max-restarts=0",
+        "-m",
+    ]
 
 
 def _shown(processes: int, args: list[str]) -> str:
@@ -93,7 +100,8 @@ def measure(
         start = time.perf_counter()
         subprocess.run(
             launcher(processes) + args + ["--data-dir", str(scratch_data)],
-            check=True, timeout=RUN_TIMEOUT_S,
+            check=True,
+            timeout=RUN_TIMEOUT_S,
         )
         wall = time.perf_counter() - start
         log = load_log(scratch_data / profile / f"{mode}.json")
@@ -125,8 +133,9 @@ def load_scaling_runs(
 def _searching(log: TrainingLog) -> list[float]:
     """Times of the epochs with counterfactuals, except one run under the profiler."""
     profiled = log.meta.get("epoch_profile", {}).get("epoch")
-    return [r.time_taken for r in log if r.epoch > log.meta["burnin_epochs"]
-            and r.epoch != profiled]
+    return [
+        r.time_taken for r in log if r.epoch > log.meta["burnin_epochs"] and r.epoch != profiled
+    ]
 
 
 def _seconds(value: float) -> str:
@@ -162,13 +171,24 @@ def scaling_figure(runs: dict[int, TrainingLog], title: str) -> go.Figure:
     fig = go.Figure()
     for processes, log in runs.items():
         label = f"{processes} process{'es' if processes > 1 else ''}"
-        fig.add_trace(go.Scatter(x=[r.epoch for r in log], y=[r.time_taken for r in log],
-                                 mode="lines+markers", name=label))
+        fig.add_trace(
+            go.Scatter(
+                x=[r.epoch for r in log],
+                y=[r.time_taken for r in log],
+                mode="lines+markers",
+                name=label,
+            )
+        )
     burnin = next(iter(runs.values())).meta["burnin_epochs"]
     if burnin:
         fig.add_vline(x=burnin + 0.5, line_dash="dash", line_color="#444444")
-    fig.update_layout(title=title, xaxis_title="epoch", yaxis_title="seconds per epoch",
-                      template="plotly_white", height=380)
+    fig.update_layout(
+        title=title,
+        xaxis_title="epoch",
+        yaxis_title="seconds per epoch",
+        template="plotly_white",
+        height=380,
+    )
     return fig
 
 
@@ -185,7 +205,11 @@ def slurm_dry_run(nodes: int, gpus_per_node: int, *args: str) -> str:
     }
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm-train.sh"), "--dry-run", *args],
-        env=env, capture_output=True, text=True, check=True, timeout=30,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
     )
     return result.stdout.strip()
 
@@ -196,8 +220,9 @@ def stored_benchmark(name: str, kind: str = "cpu") -> str | None:
     if not results.is_file():
         return None
     key = re.escape(f"{kind}/{name}")
-    found = re.search(rf"<!-- begin {key} -->\n(.*?)<!-- end {key} -->", results.read_text(),
-                      re.DOTALL)
+    found = re.search(
+        rf"<!-- begin {key} -->\n(.*?)<!-- end {key} -->", results.read_text(), re.DOTALL
+    )
     return found.group(1).strip() if found else None
 
 
@@ -252,8 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="MNIST/raw; logs go to <it>/scaling")
     args = parser.parse_args(argv)
     for processes in args.processes:
-        measure(args.profile, args.mode, processes, data_dir=args.data_dir, device=args.device,
-                profile_epoch=args.profile_epoch)
+        measure(
+            args.profile,
+            args.mode,
+            processes,
+            data_dir=args.data_dir,
+            device=args.device,
+            profile_epoch=args.profile_epoch,
+        )
     return 0
 
 

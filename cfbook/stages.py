@@ -100,7 +100,12 @@ def profile_data(
 
 
 def _train_run(
-    mode: str, profile: Profile, data: MNISTData, run: int, device: torch.device, root: Path,
+    mode: str,
+    profile: Profile,
+    data: MNISTData,
+    run: int,
+    device: torch.device,
+    root: Path,
     training: dict[str, Any],
 ) -> tuple[torch.nn.Module, TrainingLog]:
     """Train run ``run`` and save its log and weights. The model is built right after seeding
@@ -116,23 +121,39 @@ def _train_run(
         prepare_checkpoint_dir(checkpoint_dir, profile.config())
     distributed.barrier()  # no process looks for a checkpoint before a stale one is gone
     model, log = counterfactual_training(
-        profile.objective(mode), model, profile.search(), loader, optimizer,
-        device=device, nepochs=profile.nepochs, domain=data.domain, burnin=profile.burnin,
-        nce=profile.nce, cf_batchsize=profile.cf_batchsize,
-        accuracy_every=profile.accuracy_every, val_loader=data.val_loader(),
-        checkpoint_dir=checkpoint_dir, **training,
+        profile.objective(mode),
+        model,
+        profile.search(),
+        loader,
+        optimizer,
+        device=device,
+        nepochs=profile.nepochs,
+        domain=data.domain,
+        burnin=profile.burnin,
+        nce=profile.nce,
+        cf_batchsize=profile.cf_batchsize,
+        accuracy_every=profile.accuracy_every,
+        val_loader=data.val_loader(),
+        checkpoint_dir=checkpoint_dir,
+        **training,
     )
     log.meta.update(
-        profile=profile.name, config=profile.config(), run=run, seed=seed,
-        data_source=data.source, device_name=describe_device(device),
+        profile=profile.name,
+        config=profile.config(),
+        run=run,
+        seed=seed,
+        data_source=data.source,
+        device_name=describe_device(device),
         threads=torch.get_num_threads(),
     )
     if distributed.is_main():
         path = log_path(root, profile.name, mode, run)
         save_log(log, path)
         atomic_torch_save(model.state_dict(), weights_path(root, profile.name, mode, run))
-        print(f"Saved the {mode} log of run {run}/{profile.runs} ({len(log)} epochs) and its "
-              f"weights to {display_path(path, root)}")
+        print(
+            f"Saved the {mode} log of run {run}/{profile.runs} ({len(log)} epochs) and its "
+            f"weights to {display_path(path, root)}"
+        )
     return model, log
 
 
@@ -159,19 +180,31 @@ def run_training_stage(
     device = torch.device(device)
     root = Path(data_dir) if data_dir is not None else find_data_dir()
     data, _ = profile_data(profile, device=device, data_dir=root)
-    trained = [_train_run(mode, profile, data, run, device, root, training)
-               for run in range(1, profile.runs + 1)]
+    trained = [
+        _train_run(mode, profile, data, run, device, root, training)
+        for run in range(1, profile.runs + 1)
+    ]
     log = trained[0][1]
     if not distributed.is_main():
         return log
     models = [model for model, _ in trained]
     result = evaluate(
-        models, data.x_val, data.y_val, data.x, data.y, config=profile.evaluation,
-        domain=(-1.0, 1.0), cf_batchsize=profile.cf_batchsize,
+        models,
+        data.x_val,
+        data.y_val,
+        data.x,
+        data.y,
+        config=profile.evaluation,
+        domain=(-1.0, 1.0),
+        cf_batchsize=profile.cf_batchsize,
     )
     result["meta"] = {
-        "profile": profile.name, "mode": mode, "objective": profile.objective(mode).name,
-        "config": profile.config(), "seeds": profile.run_seeds(), "data_source": data.source,
+        "profile": profile.name,
+        "mode": mode,
+        "objective": profile.objective(mode).name,
+        "config": profile.config(),
+        "seeds": profile.run_seeds(),
+        "data_source": data.source,
         "device_name": describe_device(device),
     }
     path = evaluation_path(root, profile.name, mode)

@@ -35,27 +35,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--mode", required=True, choices=TRAINING_MODES, help="objective")
     parser.add_argument(
-        "--profile", choices=sorted(PROFILES),
+        "--profile",
+        choices=sorted(PROFILES),
         help="training configuration (default: $CFBOOK_PROFILE, else tutorial on a GPU, cpu "
         "otherwise)",
     )
     parser.add_argument("--device", help="cpu, cuda or mps (default: detected)")
     parser.add_argument("--data-dir", type=Path, help="MNIST/raw and the logs (default: data/)")
     parser.add_argument(
-        "--threads", type=int,
+        "--threads",
+        type=int,
         help="torch CPU threads per process (default: the cores / processes on this node)",
     )
     parser.add_argument(
-        "--accumulate", type=int, default=1, metavar="K",
+        "--accumulate",
+        type=int,
+        default=1,
+        metavar="K",
         help="update once every K mini-batches, on their mean gradient",
     )
     parser.add_argument(
-        "--profile-epoch", type=int, nargs="?", const=0, metavar="EPOCH",
+        "--profile-epoch",
+        type=int,
+        nargs="?",
+        const=0,
+        metavar="EPOCH",
         help="run torch.profiler over this epoch (without a number: the first one with "
         "counterfactuals) and report where its time goes",
     )
     parser.add_argument(
-        "--timeout", type=float, default=distributed.DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        "--timeout",
+        type=float,
+        default=distributed.DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
         help="a collective waiting longer than this fails the job (default: %(default).0f)",
     )
     return parser

@@ -103,7 +103,11 @@ def _chunk_bounds(nce: int, n_batches: int) -> list[slice]:
 
 
 def _check_arguments(
-    objective: Objective, nepochs: int, burnin: float, accuracy_every: int, verbose: int,
+    objective: Objective,
+    nepochs: int,
+    burnin: float,
+    accuracy_every: int,
+    verbose: int,
     accumulate: int,
 ) -> None:
     if not isinstance(objective, Objective):
@@ -192,11 +196,15 @@ class _EpochSums:
         terms and, with counterfactuals, how many there were, how many valid, their iterations."""
         values = {"batches": float(self.batches), "loss": self.loss, **self.terms}
         if cf is not None:
-            values.update(n_cf=float(cf.valid.shape[0]), n_valid=cf.valid.sum(),
-                          iterations=cf.iterations.sum())
+            values.update(
+                n_cf=float(cf.valid.shape[0]),
+                n_valid=cf.valid.sum(),
+                iterations=cf.iterations.sum(),
+            )
         device = self.loss.device
-        stacked = torch.stack([torch.as_tensor(v, device=device).to(torch.float64)
-                               for v in values.values()])
+        stacked = torch.stack(
+            [torch.as_tensor(v, device=device).to(torch.float64) for v in values.values()]
+        )
         return dict(zip(values, distributed.sum_over_ranks(stacked).tolist(), strict=True))
 
 
@@ -321,8 +329,9 @@ def counterfactual_training(
     n_classes = count_classes(model, x_all)
     low, high = int(y_all.min()), int(y_all.max())
     if low < 0 or high >= n_classes:
-        raise ValueError(f"labels must lie in [0, {n_classes - 1}] (the model's outputs), "
-                         f"got {low}..{high}")
+        raise ValueError(
+            f"labels must lie in [0, {n_classes - 1}] (the model's outputs), got {low}..{high}"
+        )
     burnin_epochs = round(burnin * nepochs)
     search = objective.needs_counterfactuals
     chunks = rows = None
@@ -372,14 +381,35 @@ def counterfactual_training(
             if search and epoch > burnin_epochs:
                 with profiler.region("search"):
                     cf = epoch_counterfactuals(
-                        model, generator, x_all, y_all, nce, levels, neighbours, constraints,
-                        domain, mutability, cf_batchsize, rng, rows,
+                        model,
+                        generator,
+                        x_all,
+                        y_all,
+                        nce,
+                        levels,
+                        neighbours,
+                        constraints,
+                        domain,
+                        mutability,
+                        cf_batchsize,
+                        rng,
+                        rows,
                     )
             model.train()
             sums = _train_epoch(
-                train_model, objective, train_loader, optimizer, device, epoch, cf=cf,
-                chunks=chunks, fuse=fuse_cf_forwards, amp=amp, scaler=scaler,
-                accumulate=accumulate, profiler=profiler,
+                train_model,
+                objective,
+                train_loader,
+                optimizer,
+                device,
+                epoch,
+                cf=cf,
+                chunks=chunks,
+                fuse=fuse_cf_forwards,
+                amp=amp,
+                scaler=scaler,
+                accumulate=accumulate,
+                profiler=profiler,
             )
             distributed.sync_buffers(model)
             synchronize(device)
@@ -429,10 +459,17 @@ def _record(
     total = sums.totals(cf)
     batches = total["batches"]
     record = EpochRecord(
-        epoch=epoch, acc=acc, acc_val=acc_val,
+        epoch=epoch,
+        acc=acc,
+        acc_val=acc_val,
         train_loss=total["loss"] / batches if batches else float("nan"),
-        implaus=None, reg_loss=None, adv_loss=None, time_taken=time_taken,
-        percent_valid=1.0, avg_iter=0.0, skipped_batches=sums.skipped,
+        implaus=None,
+        reg_loss=None,
+        adv_loss=None,
+        time_taken=time_taken,
+        percent_valid=1.0,
+        avg_iter=0.0,
+        skipped_batches=sums.skipped,
     )
     if cf is not None:
         n_valid = total["n_valid"]

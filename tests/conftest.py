@@ -22,8 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 QUARTO_INSTALLER = REPO.parent / "shared" / "tools" / "quarto"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
@@ -40,9 +44,19 @@ class SmokeBook:
     def cli_args(self, *extra: str) -> list[str]:
         """Arguments that point the pipeline at this build's folders (site: Quarto if on PATH)."""
         return [
-            "--profile", "smoke", "--project-dir", str(REPO), "--data-dir", str(self.data_dir),
-            "--build-dir", str(self.build_dir), "--site-dir", str(self.site_dir),
-            "--threads", "1", *extra,
+            "--profile",
+            "smoke",
+            "--project-dir",
+            str(REPO),
+            "--data-dir",
+            str(self.data_dir),
+            "--build-dir",
+            str(self.build_dir),
+            "--site-dir",
+            str(self.site_dir),
+            "--threads",
+            "1",
+            *extra,
         ]
 
 

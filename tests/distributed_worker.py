@@ -45,8 +45,13 @@ class RecordingGenerator(NativeGenerator):
         result = super().generate(model, x, target, **kwargs)
         x_all = toy_data()[0].to(x.device)
         rows = (x[:, None, :] == x_all[None]).all(2).float().argmax(1)
-        SEARCHED.append({"rows": rows.tolist(), "valid": int(result.valid.sum()),
-                         "iterations": int(result.iterations.sum())})
+        SEARCHED.append(
+            {
+                "rows": rows.tolist(),
+                "valid": int(result.valid.sum()),
+                "iterations": int(result.iterations.sum()),
+            }
+        )
         return result
 
 
@@ -67,10 +72,17 @@ def toy_run(
     model = mlp(N_FEATURES, (16,), N_CLASSES)
     loader = DeviceLoader(x, y, batch_size, seed=3, rank=rank, world_size=world_size)
     return counterfactual_training(
-        FullObjective() if objective == "full" else VanillaObjective(), model,
-        RecordingGenerator(maxiter=8, tau=0.5, step_size=0.5), loader,
-        torch.optim.Adam(model.parameters(), 1e-2), device=device, nepochs=nepochs,
-        domain=(-3.0, 3.0), verbose=0, accumulate=accumulate, **kwargs,
+        FullObjective() if objective == "full" else VanillaObjective(),
+        model,
+        RecordingGenerator(maxiter=8, tau=0.5, step_size=0.5),
+        loader,
+        torch.optim.Adam(model.parameters(), 1e-2),
+        device=device,
+        nepochs=nepochs,
+        domain=(-3.0, 3.0),
+        verbose=0,
+        accumulate=accumulate,
+        **kwargs,
     )
 
 
@@ -108,8 +120,16 @@ def main() -> None:
         callback = None
         if args.fail_epoch is not None:
             callback = _failure(args.fail_rank, args.fail_epoch, args.fail_how)
-        model, log = toy_run("full", 15, nce=40, burnin=0.0, nepochs=4, callback=callback,
-                             checkpoint_dir=args.checkpoint_dir, **shard)
+        model, log = toy_run(
+            "full",
+            15,
+            nce=40,
+            burnin=0.0,
+            nepochs=4,
+            callback=callback,
+            checkpoint_dir=args.checkpoint_dir,
+            **shard,
+        )
         (args.out / f"searched-rank{ctx.rank}.json").write_text(json.dumps(SEARCHED))
         if ctx.is_main:
             torch.save(model.state_dict(), args.out / "full.pt")

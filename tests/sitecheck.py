@@ -124,7 +124,7 @@ def dead_links(
             if not url.startswith(base + "/"):
                 continue  # external (e.g. plotly.com in a figure's logo): never fetched by a page
             address, fragment = urldefrag(url)
-            target = unquote(address[len(base) + 1:].split("?")[0]) or "index.html"
+            target = unquote(address[len(base) + 1 :].split("?")[0]) or "index.html"
             if target.endswith("/"):
                 target += "index.html"
             if not (site_dir / target).is_file():
@@ -146,6 +146,7 @@ def notebook_figures(notebook: Path) -> int:
     nb = nbformat.read(notebook, as_version=4)
     return sum(
         "application/vnd.plotly.v1+json" in output.get("data", {})
-        for cell in nb.cells if cell.cell_type == "code"
+        for cell in nb.cells
+        if cell.cell_type == "code"
         for output in cell.outputs
     )

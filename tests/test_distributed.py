@@ -38,9 +38,20 @@ def torchrun(*args: str, timeout: float = LAUNCH_TIMEOUT_S) -> subprocess.Comple
     """``torchrun --standalone --nproc_per_node=2 ARGS`` (a free port, so parallel runs coexist)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CFBOOK_DEVICE": "cpu"}
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "--max-restarts=0", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "--max-restarts=0",
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -141,8 +152,9 @@ def test_killed_job_fails_then_resumes_from_its_checkpoint_on_two_ranks(full_job
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
     out.mkdir()
     start = time.monotonic()
-    killed = worker(out, "full", "--checkpoint-dir", str(checkpoints), "--fail-epoch", "2",
-                    "--fail-how", "kill")
+    killed = worker(
+        out, "full", "--checkpoint-dir", str(checkpoints), "--fail-epoch", "2", "--fail-how", "kill"
+    )
     assert killed.returncode != 0
     assert time.monotonic() - start < LAUNCH_TIMEOUT_S
     saved = load_checkpoint(checkpoints)
@@ -176,8 +188,10 @@ def test_a_rank_that_raises_ends_the_job_in_bounded_time(tmp_path):
 def test_loader_shards_are_disjoint_and_cover_every_global_batch():
     x, y = torch.arange(50.0)[:, None], torch.zeros(50, dtype=torch.long)
     one = [xb.flatten().tolist() for xb, _ in DeviceLoader(x, y, 10, seed=1)]
-    shards = [[xb.flatten().tolist() for xb, _ in DeviceLoader(x, y, 5, seed=1, rank=r,
-                                                                 world_size=2)] for r in range(2)]
+    shards = [
+        [xb.flatten().tolist() for xb, _ in DeviceLoader(x, y, 5, seed=1, rank=r, world_size=2)]
+        for r in range(2)
+    ]
     assert len(shards[0]) == len(shards[1]) == len(one) == 5
     for b, batch in enumerate(one):
         assert shards[0][b] + shards[1][b] == batch
@@ -211,6 +225,8 @@ def test_threads_follow_the_cores_per_local_process(monkeypatch):
             distributed.configure_threads(0)
     finally:
         torch.set_num_threads(before)
+
+
 def fake_scontrol(bin_dir: Path) -> None:
     """``scontrol show hostnames`` for a two-node allocation, as SLURM would answer."""
     bin_dir.mkdir()
@@ -231,7 +247,11 @@ def test_slurm_dry_run_prints_the_torchrun_command_for_2_nodes_of_4_gpus(tmp_pat
     }
     result = subprocess.run(
         ["bash", "scripts/slurm-train.sh", "--dry-run", "--profile", "tutorial", "--mode", "full"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=30,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 0, result.stderr
     (line,) = [ln for ln in result.stdout.splitlines() if "torchrun" in ln]
@@ -239,8 +259,14 @@ def test_slurm_dry_run_prints_the_torchrun_command_for_2_nodes_of_4_gpus(tmp_pat
     srun, torchrun_at = words[0], words.index("torchrun")
     assert srun == "srun" and "--ntasks-per-node=1" in words[:torchrun_at]
     launch = words[torchrun_at:]
-    for flag in ("--nnodes=2", "--nproc_per_node=4", "--rdzv_id=4242", "--rdzv_backend=c10d",
-                 "--rdzv_endpoint=gpu-node-07:29500", "--max_restarts=0"):
+    for flag in (
+        "--nnodes=2",
+        "--nproc_per_node=4",
+        "--rdzv_id=4242",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=gpu-node-07:29500",
+        "--max_restarts=0",
+    ):
         assert flag in launch, f"{flag} missing from {line}"
     module = launch.index("-m")
     assert launch[module + 1 :] == ["cfbook.train", "--profile", "tutorial", "--mode", "full"]
@@ -252,18 +278,49 @@ def test_command_line_stage_on_one_and_two_processes(tmp_path):
 
     data_dir = make_data_dir(tmp_path)
     single = subprocess.run(
-        [sys.executable, "-m", "cfbook.train", "--profile", "smoke", "--mode", "vanilla",
-         "--data-dir", str(data_dir), "--device", "cpu", "--threads", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
+        [
+            sys.executable,
+            "-m",
+            "cfbook.train",
+            "--profile",
+            "smoke",
+            "--mode",
+            "vanilla",
+            "--data-dir",
+            str(data_dir),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
     )
     ok(single)
-    ok(torchrun("-m", "cfbook.train", "--profile", "smoke", "--mode", "full", "--data-dir",
-                str(data_dir), "--device", "cpu", "--profile-epoch"))
+    ok(
+        torchrun(
+            "-m",
+            "cfbook.train",
+            "--profile",
+            "smoke",
+            "--mode",
+            "full",
+            "--data-dir",
+            str(data_dir),
+            "--device",
+            "cpu",
+            "--profile-epoch",
+        )
+    )
     smoke = PROFILES["smoke"]
     for mode in ("full", "vanilla"):  # every run's log and the evaluation, written once
         assert all(path.is_file() for path in stage_outputs(data_dir, smoke, mode)), mode
-    full, vanilla = load_log(data_dir / "smoke" / "full.json"), load_log(data_dir / "smoke" /
-                                                                          "vanilla.json")
+    full, vanilla = (
+        load_log(data_dir / "smoke" / "full.json"),
+        load_log(data_dir / "smoke" / "vanilla.json"),
+    )
     assert full.meta["world_size"] == 2 and "world_size" not in vanilla.meta
     assert vanilla.meta["threads"] == 1  # --threads
     assert full.meta["threads"] == max(1, cpu_cores() // 2)  # the cores shared by 2 processes
@@ -283,8 +340,13 @@ def test_pipeline_threads_reach_the_training_stages(smoke_book):
 def test_gpu_check_stops_at_once_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: run scripts/gpu-check.sh itself")
-    result = subprocess.run(["bash", "scripts/gpu-check.sh"], cwd=REPO, capture_output=True,
-                            text=True, timeout=LAUNCH_TIMEOUT_S)
+    result = subprocess.run(
+        ["bash", "scripts/gpu-check.sh"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
     assert result.returncode == 1 and "no CUDA GPU visible" in result.stderr
 
 

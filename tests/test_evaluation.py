@@ -61,8 +61,12 @@ class FixedSearch:
 
     def generate(self, model, x, target, **kwargs):
         n = x.shape[0]
-        return CounterfactualResult(self.counterfactual, x, torch.ones(n, dtype=torch.bool),
-                                    torch.zeros(n, dtype=torch.long))
+        return CounterfactualResult(
+            self.counterfactual,
+            x,
+            torch.ones(n, dtype=torch.bool),
+            torch.zeros(n, dtype=torch.long),
+        )
 
 
 def test_only_valid_counterfactuals_enter_cost_ip_and_ip_star():
@@ -73,8 +77,17 @@ def test_only_valid_counterfactuals_enter_cost_ip_and_ip_star():
     ref_x = torch.tensor([[0.0, 1.0], [0.0, 2.0], [1.0, 0.0], [3.0, 0.0]])
     ref_y = torch.tensor([1, 1, 0, 0])
     config = EvaluationConfig(length_scale=5.0)
-    record, _ = _quality(identity_model(), x, target, ref_x, ref_y, FixedSearch(cf), None,
-                         config, torch.Generator().manual_seed(0))
+    record, _ = _quality(
+        identity_model(),
+        x,
+        target,
+        ref_x,
+        ref_y,
+        FixedSearch(cf),
+        None,
+        config,
+        torch.Generator().manual_seed(0),
+    )
     assert (record["n"], record["n_valid"], record["validity"]) == (4, 3, 0.75)
     assert record["cost"] == pytest.approx((1 + 3 + 5) / 3)  # L1 of the valid rows only
     # IP: mean L1 distance to every sample of the target class.
@@ -103,8 +116,9 @@ def test_fgsm_and_pgd_accuracy_by_hand():
     # which for a linear model FGSM and PGD both find.
     x = torch.tensor([[0.1, 0.0], [0.3, 0.0]])
     y = torch.tensor([0, 0])
-    out = attack_accuracy(identity_model(), x, y, epsilons=(0.03, 0.1, 0.2), pgd_steps=5,
-                          domain=(-1.0, 1.0))
+    out = attack_accuracy(
+        identity_model(), x, y, epsilons=(0.03, 0.1, 0.2), pgd_steps=5, domain=(-1.0, 1.0)
+    )
     assert out["clean"] == 1.0
     assert out["fgsm"] == {"0.03": 1.0, "0.1": 0.5, "0.2": 0.0}
     assert out["pgd"] == {"0.03": 1.0, "0.1": 0.5, "0.2": 0.0}
@@ -146,8 +160,9 @@ def digits():
 def test_gallery_shows_the_same_digits_and_targets_to_every_model(digits):
     data, models = digits
     config = EvaluationConfig()
-    first, second = (gallery(m, data.x_val, data.y_val, config=config, domain=(-1.0, 1.0))
-                     for m in models)
+    first, second = (
+        gallery(m, data.x_val, data.y_val, config=config, domain=(-1.0, 1.0)) for m in models
+    )
     assert first["label"] == list(range(10))
     for key in ("index", "label", "target", "factual"):
         assert first[key] == second[key]
@@ -164,10 +179,25 @@ def test_gallery_shows_the_same_digits_and_targets_to_every_model(digits):
 
 def test_evaluate_on_real_digits_is_consistent_and_serialisable(digits):
     data, models = digits
-    config = EvaluationConfig(n_factuals=20, runs=2, lambda_energy=(0.5, 5.0), epsilons=(0.03,),
-                              pgd_steps=3, attack_samples=200, ip_draws=200)
-    result = evaluate(models, data.x_val, data.y_val, data.x, data.y, config=config,
-                      cf_batchsize=16, progress=None)
+    config = EvaluationConfig(
+        n_factuals=20,
+        runs=2,
+        lambda_energy=(0.5, 5.0),
+        epsilons=(0.03,),
+        pgd_steps=3,
+        attack_samples=200,
+        ip_draws=200,
+    )
+    result = evaluate(
+        models,
+        data.x_val,
+        data.y_val,
+        data.x,
+        data.y,
+        config=config,
+        cf_batchsize=16,
+        progress=None,
+    )
     assert json.loads(json.dumps(result)) == result
     assert result["n_models"] == 2 and len(result["runs"]) == 2
     for run in result["runs"]:
@@ -177,7 +207,8 @@ def test_evaluate_on_real_digits_is_consistent_and_serialisable(digits):
             assert record["cost"] > 0 and record["ip"] > 0
     summary = result["summary"]
     assert summary["validity"]["mean"] == pytest.approx(
-        sum(run["pooled"]["validity"] for run in result["runs"]) / 2)
+        sum(run["pooled"]["validity"] for run in result["runs"]) / 2
+    )
     assert summary["validity"]["n"] == 2 and summary["validity"]["se"] is not None
     assert summary["n_searched"] == 2 * 2 * 20
     robust = result["robustness"]
@@ -191,10 +222,12 @@ def test_evaluate_on_real_digits_is_consistent_and_serialisable(digits):
 
 def test_one_model_is_searched_in_several_runs_on_fresh_factuals(digits):
     data, models = digits
-    config = EvaluationConfig(n_factuals=10, runs=3, lambda_energy=(1.0,), epsilons=(),
-                              attack_samples=50, ip_draws=50)
-    result = evaluate(models[:1], data.x_val, data.y_val, data.x, data.y, config=config,
-                      progress=None)
+    config = EvaluationConfig(
+        n_factuals=10, runs=3, lambda_energy=(1.0,), epsilons=(), attack_samples=50, ip_draws=50
+    )
+    result = evaluate(
+        models[:1], data.x_val, data.y_val, data.x, data.y, config=config, progress=None
+    )
     assert result["n_models"] == 1 and len(result["runs"]) == 3
     costs = [run["pooled"]["cost"] for run in result["runs"]]
     assert len(set(costs)) == 3  # three different draws of factuals

@@ -19,21 +19,44 @@ BLANK = "00" * 784  # an all-background digit
 INK = "ff" * 784
 
 
-def fake(objective: str, ip: list[float], cost: list[float], acc: list[float],
-         fgsm: list[float], valid: list[bool]) -> dict:
+def fake(
+    objective: str,
+    ip: list[float],
+    cost: list[float],
+    acc: list[float],
+    fgsm: list[float],
+    valid: list[bool],
+) -> dict:
     """An evaluation with one run per entry of ``ip`` (one model per run)."""
     runs = [
-        {"run": r, "per_lambda": {"1": {"n": 10, "n_valid": 10, "validity": 1.0, "cost": c,
-                                        "ip": i, "ip_star": 0.1, "n_ip_star": 10}},
-         "pooled": {"validity": 1.0, "cost": c, "ip": i, "ip_star": 0.1}}
+        {
+            "run": r,
+            "per_lambda": {
+                "1": {
+                    "n": 10,
+                    "n_valid": 10,
+                    "validity": 1.0,
+                    "cost": c,
+                    "ip": i,
+                    "ip_star": 0.1,
+                    "n_ip_star": 10,
+                }
+            },
+            "pooled": {"validity": 1.0, "cost": c, "ip": i, "ip_star": 0.1},
+        }
         for r, (i, c) in enumerate(zip(ip, cost, strict=True))
     ]
-    per_model = [{"clean": a, "fgsm": {"0.03": f}, "pgd": {"0.03": f - 0.1}}
-                 for a, f in zip(acc, fgsm, strict=True)]
-    summary = {key: mean_se([run["pooled"][key] for run in runs])
-               for key in ("validity", "cost", "ip", "ip_star")}
-    summary["per_lambda"] = {"1": {key: summary[key] for key in ("validity", "cost", "ip",
-                                                                  "ip_star")}}
+    per_model = [
+        {"clean": a, "fgsm": {"0.03": f}, "pgd": {"0.03": f - 0.1}}
+        for a, f in zip(acc, fgsm, strict=True)
+    ]
+    summary = {
+        key: mean_se([run["pooled"][key] for run in runs])
+        for key in ("validity", "cost", "ip", "ip_star")
+    }
+    summary["per_lambda"] = {
+        "1": {key: summary[key] for key in ("validity", "cost", "ip", "ip_star")}
+    }
     return {
         "config": {"runs": len(ip)},
         "runs": runs,
@@ -46,19 +69,38 @@ def fake(objective: str, ip: list[float], cost: list[float], acc: list[float],
                 "pgd": {"0.03": mean_se([f - 0.1 for f in fgsm])},
             },
         },
-        "gallery": {"lambda_energy": 1.0, "index": [5, 9], "label": [0, 1], "target": [3, 7],
-                    "valid": valid, "domain": [-1.0, 1.0], "factual": [BLANK, BLANK],
-                    "counterfactual": [INK, BLANK]},
+        "gallery": {
+            "lambda_energy": 1.0,
+            "index": [5, 9],
+            "label": [0, 1],
+            "target": [3, 7],
+            "valid": valid,
+            "domain": [-1.0, 1.0],
+            "factual": [BLANK, BLANK],
+            "counterfactual": [INK, BLANK],
+        },
         "meta": {"profile": "cpu", "objective": objective},
     }
 
 
 @pytest.fixture
 def pair() -> tuple[dict, dict]:
-    full = fake("FullObjective", ip=[90.0, 95.0, 100.0], cost=[60.0, 66.0, 66.0],
-                acc=[0.90, 0.91, 0.89], fgsm=[0.80, 0.82, 0.84], valid=[True, False])
-    vanilla = fake("VanillaObjective", ip=[100.0, 100.0, 100.0], cost=[50.0, 50.0, 60.0],
-                   acc=[0.92, 0.93, 0.91], fgsm=[0.70, 0.72, 0.74], valid=[True, True])
+    full = fake(
+        "FullObjective",
+        ip=[90.0, 95.0, 100.0],
+        cost=[60.0, 66.0, 66.0],
+        acc=[0.90, 0.91, 0.89],
+        fgsm=[0.80, 0.82, 0.84],
+        valid=[True, False],
+    )
+    vanilla = fake(
+        "VanillaObjective",
+        ip=[100.0, 100.0, 100.0],
+        cost=[50.0, 50.0, 60.0],
+        acc=[0.92, 0.93, 0.91],
+        fgsm=[0.70, 0.72, 0.74],
+        valid=[True, True],
+    )
     return full, vanilla
 
 
@@ -75,7 +117,8 @@ def test_changes_are_paired_per_run_in_the_papers_convention(pair):
     robust = {row.key: row for row in compare_robustness(*pair)}
     # FGSM accuracy, higher is better: +14.3, +13.9, +13.5 %
     assert robust["fgsm_0.03"].change["mean"] == pytest.approx(
-        100 * (0.10 / 0.70 + 0.10 / 0.72 + 0.10 / 0.74) / 3)
+        100 * (0.10 / 0.70 + 0.10 / 0.72 + 0.10 / 0.74) / 3
+    )
     assert robust["clean"].ct_better is False
 
 
@@ -148,8 +191,14 @@ def test_quality_and_robustness_figures_plot_both_models(pair):
 
 def test_a_clear_ip_reduction_is_reported_as_the_claim_holding(pair):
     _, vanilla = pair
-    full = fake("FullObjective", ip=[90.0, 91.0, 92.0], cost=[60.0, 66.0, 66.0],
-                acc=[0.90, 0.91, 0.92], fgsm=[0.80, 0.82, 0.84], valid=[True, False])
+    full = fake(
+        "FullObjective",
+        ip=[90.0, 91.0, 92.0],
+        cost=[60.0, 66.0, 66.0],
+        acc=[0.90, 0.91, 0.92],
+        fgsm=[0.80, 0.82, 0.84],
+        valid=[True, False],
+    )
     quality = compare_quality(full, vanilla)  # IP: +10, +9, +8 % against 100
     assert {row.key: row for row in quality}["ip"].clear
     assert "**The claim held here:**" in evaluation_text(quality, compare_robustness(full, vanilla))

@@ -30,8 +30,9 @@ FULL_IMPLAUS = [None, None, 2.0, 1.5, 1.2, 1.0]
 FULL_IMPLAUS_VALID = [None, None, 4.0, 3.0, None, 2.0]  # epoch 5: no valid counterfactual
 
 
-def make_log(objective: str, times, accs, implaus, *, burnin: int = BURNIN,
-             implaus_valid=None) -> TrainingLog:
+def make_log(
+    objective: str, times, accs, implaus, *, burnin: int = BURNIN, implaus_valid=None
+) -> TrainingLog:
     records = [
         EpochRecord(
             epoch=i + 1,
@@ -54,8 +55,9 @@ def make_log(objective: str, times, accs, implaus, *, burnin: int = BURNIN,
 
 @pytest.fixture
 def logs() -> tuple[TrainingLog, TrainingLog]:
-    full = make_log("FullObjective", FULL_TIMES, FULL_ACC, FULL_IMPLAUS,
-                    implaus_valid=FULL_IMPLAUS_VALID)
+    full = make_log(
+        "FullObjective", FULL_TIMES, FULL_ACC, FULL_IMPLAUS, implaus_valid=FULL_IMPLAUS_VALID
+    )
     vanilla = make_log("VanillaObjective", VANILLA_TIMES, VANILLA_ACC, [None] * NEPOCHS)
     return full, vanilla
 
@@ -151,8 +153,10 @@ def test_summary_markdown_follows_the_numbers(logs):
     assert "3.50 s more" in text
     assert "-10.0 percentage points" in text and "lower with counterfactual training" in text
     assert "fell from 2.000 (epoch 3) to 1.000 (epoch 6) (-50%)" in text
-    assert "valid counterfactuals alone (the dotted line), the energy differential went from " \
-           "4.000 to 2.000" in text
+    assert (
+        "valid counterfactuals alone (the dotted line), the energy differential went from "
+        "4.000 to 2.000" in text
+    )
     full, vanilla = logs
     for record in full:  # a run where the search was pure noise and implausibility rose
         record.time_taken = 1.0
@@ -169,8 +173,9 @@ def test_summary_markdown_follows_the_numbers(logs):
 def test_summary_explains_an_odd_first_counterfactual_epoch(logs):
     full, vanilla = logs
     # As in real runs: the first search meets an untrained-for model and mostly succeeds.
-    for record, implaus, valid in zip(full[2:], [-3.0, -0.2, -0.5, -0.8], [0.9, 0.2, 0.2, 0.2],
-                                      strict=True):
+    for record, implaus, valid in zip(
+        full[2:], [-3.0, -0.2, -0.5, -0.8], [0.9, 0.2, 0.2, 0.2], strict=True
+    ):
         record.implaus, record.percent_valid = implaus, valid
     s = comparison_summary(full, vanilla)
     assert s["implaus_later_slope"] == pytest.approx(-0.3)

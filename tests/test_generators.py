@@ -103,8 +103,9 @@ def count_host_syncs(monkeypatch) -> list[str]:
 
 def test_search_runs_in_eval_mode_and_restores_mode():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(),
-                          nn.Linear(16, N_CLASSES))
+    model = nn.Sequential(
+        nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, N_CLASSES)
+    )
     model.train()
     model[1].training = True
     before = model[1].running_mean.clone()
@@ -217,8 +218,13 @@ def test_defaults_are_those_of_ct_jl_native_generator(generator):
     # CT.jl: NativeGenerator(λ = [0.1, 1.0], opt = Descent(0.1)), maxiter 30,
     # decision_threshold 0.75, epsilon 0.3.
     assert generator().settings() | {"amp": None} == {
-        "maxiter": 30, "tau": 0.75, "lambda_cost": 0.1, "lambda_energy": 1.0,
-        "step_size": 0.1, "epsilon": 0.3, "amp": None,
+        "maxiter": 30,
+        "tau": 0.75,
+        "lambda_cost": 0.1,
+        "lambda_energy": 1.0,
+        "step_size": 0.1,
+        "epsilon": 0.3,
+        "amp": None,
     }
     assert PAPER_SEARCH == {"lambda_cost": 0.001, "lambda_energy": 5.0}
 
@@ -368,14 +374,19 @@ def test_compiled_search_reuses_its_graph_across_settings_and_sizes(monkeypatch)
     compiles = _count_compiles(monkeypatch)
     other = small_mlp(seed=3)  # another model of the same architecture: traced once more
     for net in (model, other):
-        for n, settings in [(48, {"tau": 0.8}), (17, {"lambda_cost": 0.5, "step_size": 0.3}),
-                            (33, {"epsilon": 0.1, "maxiter": 40, "lambda_energy": 2.0})]:
+        for n, settings in [
+            (48, {"tau": 0.8}),
+            (17, {"lambda_cost": 0.5, "step_size": 0.3}),
+            (33, {"epsilon": 0.1, "maxiter": 40, "lambda_energy": 2.0}),
+        ]:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # the compiled step must really run
                 fast = NativeGenerator(compile=True, **settings).generate(
-                    net, x[:n], target[:n], domain=(-1.0, 1.0))
-            slow = ReferenceGenerator(**settings).generate(net, x[:n], target[:n],
-                                                            domain=(-1.0, 1.0))
+                    net, x[:n], target[:n], domain=(-1.0, 1.0)
+                )
+            slow = ReferenceGenerator(**settings).generate(
+                net, x[:n], target[:n], domain=(-1.0, 1.0)
+            )
             assert_same_search(fast, slow)
         assert len(compiles) == (net is other)
 
@@ -413,14 +424,16 @@ def test_compiled_search_of_a_strided_batch_agrees_with_a_contiguous_one():
     every_other = torch.stack([target, target.flip(0)], 1)[:, 0]
     assert not strided.is_contiguous() and every_other.stride() == (2,)
     gen = NativeGenerator(compile=True, tau=0.6)
-    assert_same_search(gen.generate(model, strided, every_other),
-                       gen.generate(model, x, target), atol=0)
+    assert_same_search(
+        gen.generate(model, strided, every_other), gen.generate(model, x, target), atol=0
+    )
 
 
 def test_compiled_search_runs_batchnorm_in_eval_mode():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(),
-                          nn.Linear(16, N_CLASSES))
+    model = nn.Sequential(
+        nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, N_CLASSES)
+    )
     with torch.no_grad():
         model[1].running_mean.uniform_(-0.5, 0.5)
         model[1].running_var.uniform_(0.5, 2.0)
@@ -488,8 +501,10 @@ def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_take
 ):
     monkeypatch.setattr(compiled_step, "_eager_steps", {})  # an account of its own
     cpu, after = torch.device("cpu"), compiled_step.AUTO_COMPILE_AFTER_STEPS["cpu"]
-    cheap, costly = small_mlp(seed=7), nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(),
-                                                     nn.Linear(4096, N_CLASSES))
+    cheap, costly = (
+        small_mlp(seed=7),
+        nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(), nn.Linear(4096, N_CLASSES)),
+    )
     big = torch.zeros(compiled_step.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
     assert compiled_step.counts_toward_compile("auto", cheap, big, amp=None)
     assert not compiled_step.use_fused("auto", cheap, big, amp=None)  # no eager time yet
@@ -550,8 +565,9 @@ def test_auto_searches_eagerly_until_its_eager_searches_have_carried_enough_step
 def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
     model = small_mlp()
     x, target = factuals(model)
-    slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1.0, 1.0),
-                                                mutability=MUTABILITY)
+    slow = ReferenceGenerator(tau=0.6).generate(
+        model, x, target, domain=(-1.0, 1.0), mutability=MUTABILITY
+    )
     model, x, target = model.cuda(), x.cuda(), target.cuda()
     kwargs = {"domain": (-1.0, 1.0), "mutability": MUTABILITY, "cf_batchsize": 20}
     with warnings.catch_warnings():

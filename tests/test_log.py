@@ -13,8 +13,19 @@ def sample_log() -> TrainingLog:
         [
             EpochRecord(1, None, None, 2.3, None, None, None, 0.5, 1.0, 0.0),
             EpochRecord(2, 0.8, 0.75, 1.2, -0.3, 1.1, 0.9, 1.5, 0.4, 22.5, implaus_valid=-0.75),
-            EpochRecord(3, 0.9, None, float("nan"), float("inf"), 1.0, 0.8, 1.4, 0.5, 20.0,
-                        skipped_batches=2),
+            EpochRecord(
+                3,
+                0.9,
+                None,
+                float("nan"),
+                float("inf"),
+                1.0,
+                0.8,
+                1.4,
+                0.5,
+                20.0,
+                skipped_batches=2,
+            ),
         ],
         meta={"objective": "FullObjective", "burnin_epochs": 1},
     )
@@ -34,8 +45,11 @@ def test_log_round_trips_with_none_and_non_finite_values(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ["{not json", json.dumps({"format": "other"}),
-     json.dumps({"format": "cfbook-training-log", "records": [{"epoch": 1}]})],
+    [
+        "{not json",
+        json.dumps({"format": "other"}),
+        json.dumps({"format": "cfbook-training-log", "records": [{"epoch": 1}]}),
+    ],
 )
 def test_corrupt_log_is_named(tmp_path, content):
     path = tmp_path / "full.json"

@@ -78,8 +78,9 @@ def test_chapter_starts_with_a_title_one_parameters_cell_and_setup(chapter):
     assert {"CT_MODE", "profile"} <= set(params) <= set(PARAMETERS), f"{chapter}: {params}"
     assert all(value is None for value in params.values()), f"{chapter}: {params}"
     # Then the one setup call, passing exactly the parameters the chapter has.
-    call = ", ".join(["CT_MODE", "profile"] + (["data_dir=data_dir"] if "data_dir" in params
-                                                  else []))
+    call = ", ".join(
+        ["CT_MODE", "profile"] + (["data_dir=data_dir"] if "data_dir" in params else [])
+    )
     assert cells[1].source == f"from cfbook.chapter import setup\n\nchapter = setup({call})"
     later = "\n".join(cell.source for cell in cells[2:])
     for machinery in ("resolve_parameters(", "= detect_device()"):

@@ -165,8 +165,15 @@ def _log(config: dict) -> TrainingLog:
 
 
 def _evaluation(config: dict) -> str:
-    return json.dumps({"format": "cfbook-evaluation", "summary": {}, "robustness": {},
-                       "gallery": {}, "meta": {"config": config}})
+    return json.dumps(
+        {
+            "format": "cfbook-evaluation",
+            "summary": {},
+            "robustness": {},
+            "gallery": {},
+            "meta": {"config": config},
+        }
+    )
 
 
 def test_reuse_needs_every_output_of_the_same_configuration(
@@ -317,13 +324,18 @@ def test_smoke_pipeline_runs_every_stage_in_order(smoke_book: SmokeBook) -> None
     chapters = [c.as_posix() for c in read_book(REPO).chapters]
     stages = re.findall(r"^\[\d+/\d+\] (.+)$", smoke_book.output, flags=re.MULTILINE)
     assert stages == [
-        "training, CT_MODE=full", "training, CT_MODE=vanilla",
-        *[f"chapter {chapter}, CT_MODE=plot" for chapter in chapters], "website",
+        "training, CT_MODE=full",
+        "training, CT_MODE=vanilla",
+        *[f"chapter {chapter}, CT_MODE=plot" for chapter in chapters],
+        "website",
     ]
-    assert len(re.findall(rf"^ {{7}}done in {_DURATION}", smoke_book.output, re.M)) == len(
-        stages) - 1
-    built = sorted(p.relative_to(smoke_book.build_dir).as_posix()
-                   for p in smoke_book.build_dir.rglob("*.ipynb"))
+    assert (
+        len(re.findall(rf"^ {{7}}done in {_DURATION}", smoke_book.output, re.M)) == len(stages) - 1
+    )
+    built = sorted(
+        p.relative_to(smoke_book.build_dir).as_posix()
+        for p in smoke_book.build_dir.rglob("*.ipynb")
+    )
     assert built == sorted(chapters)  # executed chapters keep their place in the project
     for chapter in chapters:  # plot mode came from the environment: nothing injected, no metadata
         nb = nbformat.read(smoke_book.build_dir / chapter, as_version=4)
@@ -396,8 +408,9 @@ def test_smoke_stages_keep_every_run_their_weights_and_an_evaluation(
             log = load_log(log_path(smoke_book.data_dir, "smoke", mode, run))
             assert log.meta["run"] == run and log.meta["config"] == SMOKE.config()
             seeds.append(log.meta["seed"])
-            weights = torch.load(weights_path(smoke_book.data_dir, "smoke", mode, run),
-                                 weights_only=True)
+            weights = torch.load(
+                weights_path(smoke_book.data_dir, "smoke", mode, run), weights_only=True
+            )
             model = build_model(SMOKE.model)
             model.load_state_dict(weights)  # the trained model, ready to re-evaluate
         assert seeds == SMOKE.run_seeds()
@@ -424,8 +437,9 @@ def test_smoke_stage_notebooks_are_kept_beside_the_logs(smoke_book: SmokeBook) -
         assert nb.metadata.papermill.exception is None
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
         assert not [o for o in outputs if o.output_type == "error"]
-        assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in
-                    o.get("data", {})]  # no progress widget frozen at its first state
+        assert not [
+            o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        ]  # no progress widget frozen at its first state
         text = "".join(o.get("text", "") for o in outputs)
         assert f"Objective: epoch {SMOKE.nepochs}/{SMOKE.nepochs}, " in text
         assert f"Saved the {mode} log" in text
@@ -436,13 +450,18 @@ def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> Non
     nb = nbformat.read(smoke_book.build_dir / "book" / "comparison.ipynb", as_version=4)
     figures = [
         o.data["application/vnd.plotly.v1+json"]
-        for c in nb.cells if c.cell_type == "code"
-        for o in c.outputs if "application/vnd.plotly.v1+json" in o.get("data", {})
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "application/vnd.plotly.v1+json" in o.get("data", {})
     ]
     assert len(figures) == 1
     assert {"xaxis", "xaxis2", "xaxis3"} <= set(figures[0]["layout"])
     html = next(
-        o.data["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+        o.data["text/html"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
         if "application/vnd.plotly.v1+json" in o.get("data", {})
     )
     assert len(html) < 200_000  # plotly.js itself is never inlined into a notebook

@@ -34,10 +34,22 @@ def test_tutorial_profile_is_the_julia_tutorial_configuration() -> None:
     # default FullObjective and NativeGenerator(); evaluated with the paper's protocol.
     tutorial = get_profile("tutorial")
     assert {k: v for k, v in dataclasses.asdict(tutorial).items() if k != "evaluation"} == {
-        "name": "tutorial", "model": "resnet18", "n": 5000, "nepochs": 25, "batch_size": 128,
-        "lr": 1e-3, "nce": 1024, "cf_batchsize": 128, "maxiter": 30, "burnin": 0.2,
-        "accuracy_every": 2, "seed": 42, "runs": 1, "lambdas": (1.0, 0.5, 0.1, 0.25),
-        "generator": "native", "tau": 0.75,
+        "name": "tutorial",
+        "model": "resnet18",
+        "n": 5000,
+        "nepochs": 25,
+        "batch_size": 128,
+        "lr": 1e-3,
+        "nce": 1024,
+        "cf_batchsize": 128,
+        "maxiter": 30,
+        "burnin": 0.2,
+        "accuracy_every": 2,
+        "seed": 42,
+        "runs": 1,
+        "lambdas": (1.0, 0.5, 0.1, 0.25),
+        "generator": "native",
+        "tau": 0.75,
     }
     assert tutorial.search() == NativeGenerator()
     assert tutorial.objective("full") == FullObjective()
@@ -52,8 +64,13 @@ def test_paper_profile_is_the_papers_mnist_experiment() -> None:
     assert paper.n is None  # every sample the data source has
     assert paper.objective("full").lambdas == (1.0, 0.5, 0.01, 0.25)
     assert paper.search().settings() | {"amp": None} == {
-        "maxiter": 30, "tau": 0.5, "lambda_cost": 0.001, "lambda_energy": 5.0, "step_size": 0.1,
-        "epsilon": 0.3, "amp": None,
+        "maxiter": 30,
+        "tau": 0.5,
+        "lambda_cost": 0.001,
+        "lambda_energy": 5.0,
+        "step_size": 0.1,
+        "epsilon": 0.3,
+        "amp": None,
     }
     assert paper.runs >= 3 and len(set(paper.run_seeds())) == paper.runs
     assert paper.evaluation.lambda_energy == (0.1, 0.5, 1.0, 5.0, 10.0)
@@ -107,10 +124,18 @@ def test_unknown_mode_lists_the_valid_ones(bad: str) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [("model", "vgg", "model must be one of"), ("nepochs", 0, "nepochs"),
-     ("nce", 2.5, "nce"), ("burnin", 1.0, "burnin"), ("lr", 0.0, "lr"), ("n", 0, "n must"),
-     ("runs", 0, "runs"), ("generator", "ecco", "generator must be one of native, paper"),
-     ("tau", 1.5, "tau"), ("lambdas", (1.0, -0.5, 0.1, 0.25), "lambda_div")],
+    [
+        ("model", "vgg", "model must be one of"),
+        ("nepochs", 0, "nepochs"),
+        ("nce", 2.5, "nce"),
+        ("burnin", 1.0, "burnin"),
+        ("lr", 0.0, "lr"),
+        ("n", 0, "n must"),
+        ("runs", 0, "runs"),
+        ("generator", "ecco", "generator must be one of native, paper"),
+        ("tau", 1.5, "tau"),
+        ("lambdas", (1.0, -0.5, 0.1, 0.25), "lambda_div"),
+    ],
 )
 def test_profile_rejects_bad_values(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -125,8 +150,13 @@ def test_profiles_are_frozen() -> None:
 
 @pytest.mark.parametrize(
     ("device", "expected"),
-    [("cpu", "cpu"), (torch.device("cpu"), "cpu"), ("cuda", "tutorial"), ("cuda:1", "tutorial"),
-     (torch.device("mps"), "tutorial")],
+    [
+        ("cpu", "cpu"),
+        (torch.device("cpu"), "cpu"),
+        ("cuda", "tutorial"),
+        ("cuda:1", "tutorial"),
+        (torch.device("mps"), "tutorial"),
+    ],
 )
 def test_default_profile_follows_the_device(device: object, expected: str) -> None:
     assert default_profile_name(device) == expected  # type: ignore[arg-type]

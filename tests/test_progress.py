@@ -13,8 +13,13 @@ from cfbook.progress import EpochProgress, format_duration
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.04, "0.0 s"), (42.25, "42.2 s"), (65, "1 min 05 s"), (3599, "59 min 59 s"),
-     (3725, "1 h 02 min")],
+    [
+        (0.04, "0.0 s"),
+        (42.25, "42.2 s"),
+        (65, "1 min 05 s"),
+        (3599, "59 min 59 s"),
+        (3725, "1 h 02 min"),
+    ],
 )
 def test_durations_are_short(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text

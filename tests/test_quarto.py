@@ -91,7 +91,7 @@ def test_post_render_removes_quartos_widget_scripts(tmp_path: Path) -> None:
     page = tmp_path / "book" / "mnist.html"
     page.parent.mkdir()
     local = '<script src="../site_libs/quarto-nav/quarto-nav.js"></script>\n'
-    page.write_text(f"<head>{local}{_QUARTO_WIDGET_HEAD}</head><a href=\"https://plotly.com/\">")
+    page.write_text(f'<head>{local}{_QUARTO_WIDGET_HEAD}</head><a href="https://plotly.com/">')
     result = _post_render(tmp_path)
     assert result.returncode == 0, result.stderr
     assert page.read_text() == f'<head>{local}</head><a href="https://plotly.com/">'
@@ -117,7 +117,9 @@ def _project_files() -> list[str]:
     try:
         listed = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=REPO, capture_output=True, check=True,
+            cwd=REPO,
+            capture_output=True,
+            check=True,
         ).stdout.decode()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("the repository is not a git checkout")

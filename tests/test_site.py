@@ -30,8 +30,11 @@ def _tiny_project(root: Path) -> Path:
     """A three-chapter project in the book's layout, with math, a cross-link and an output."""
     (root / "book").mkdir(parents=True)
     (root / CONFIG_FILE).write_text(yaml.safe_dump(_CONFIG))
-    pages = [("index", "Welcome", ""), ("book/first", "First steps", "[on](second.ipynb#more)"),
-             ("book/second", "Second", "## More")]
+    pages = [
+        ("index", "Welcome", ""),
+        ("book/first", "First steps", "[on](second.ipynb#more)"),
+        ("book/second", "Second", "## More"),
+    ]
     for stem, title, extra in pages:
         nb = nbformat.v4.new_notebook()
         nb.cells = [
@@ -110,7 +113,9 @@ def test_read_book_needs_the_config_and_flattens_parts(tmp_path: Path) -> None:
     chapters = ["index.ipynb", {"part": "Two", "chapters": ["book/b.ipynb", "more/c.ipynb"]}]
     (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"book": {"chapters": chapters}}))
     assert [c.as_posix() for c in read_book(tmp_path).chapters] == [
-        "index.ipynb", "book/b.ipynb", "more/c.ipynb",
+        "index.ipynb",
+        "book/b.ipynb",
+        "more/c.ipynb",
     ]
 
 
@@ -134,7 +139,10 @@ def test_nbconvert_site_has_quartos_layout_navigation_math_and_no_cdn(
     root = tmp_path / "site"
     assert site.index == root / "index.html" and site.builder == "nbconvert"
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [
-        "book/first.html", "book/second.html", "index.html", PLOTLY_JS,
+        "book/first.html",
+        "book/second.html",
+        "index.html",
+        PLOTLY_JS,
     ]
     assert "nbconvert" in capsys.readouterr().out
     first = (root / "book" / "first.html").read_text(encoding="utf-8")
@@ -160,9 +168,7 @@ def test_nbconvert_site_has_quartos_layout_navigation_math_and_no_cdn(
         assert cdn not in first.lower()
 
 
-def test_quarto_is_required_when_asked_for(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_quarto_is_required_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no quarto here
     with pytest.raises(FileNotFoundError, match="quarto"):
         build_site(_tiny_project(tmp_path / "p"), tmp_path / "site", use_quarto=True)
@@ -236,11 +242,11 @@ def test_nbconvert_next_links_walk_the_chapters_in_order(
 ) -> None:
     visit = open_page(browser, nbconvert_base, "index.html")
     page = visit.page
-    visited = [page.url[len(nbconvert_base) + 1:]]
+    visited = [page.url[len(nbconvert_base) + 1 :]]
     while page.locator("a[rel=next]").count():
         page.locator("a[rel=next]").first.click()
         page.wait_for_load_state("load")
-        visited.append(page.url[len(nbconvert_base) + 1:])
+        visited.append(page.url[len(nbconvert_base) + 1 :])
     assert visited == [c.with_suffix(".html").as_posix() for c in read_book(REPO).chapters]
     page.close()
 

@@ -48,8 +48,13 @@ def toy_run(objective, generator=None, *, nepochs=4, seed=0, loader_seed=0, **kw
     kwargs.setdefault("verbose", 0)
     kwargs.setdefault("device", "cpu")
     return counterfactual_training(
-        objective, model, generator or NativeGenerator(maxiter=10, step_size=0.5), loader,
-        optimizer, nepochs=nepochs, **kwargs,
+        objective,
+        model,
+        generator or NativeGenerator(maxiter=10, step_size=0.5),
+        loader,
+        optimizer,
+        nepochs=nepochs,
+        **kwargs,
     )
 
 
@@ -67,8 +72,15 @@ class SpyGenerator(NativeGenerator):
     def generate(self, model, x, target, **kwargs):
         object.__setattr__(self, "calls", getattr(self, "calls", []))
         result = super().generate(model, x, target, **kwargs)
-        self.calls.append({"x": x.clone(), "pred": predict(model, x), "target": target.clone(),
-                           "cf_batchsize": kwargs.get("cf_batchsize"), "result": result})
+        self.calls.append(
+            {
+                "x": x.clone(),
+                "pred": predict(model, x),
+                "target": target.clone(),
+                "cf_batchsize": kwargs.get("cf_batchsize"),
+                "result": result,
+            }
+        )
         return result
 
 
@@ -110,9 +122,17 @@ def hand_run(objective, **kwargs):
         model.weight.copy_(torch.eye(2))
         model.bias.zero_()
     return counterfactual_training(
-        objective, model, StubSearch(), DeviceLoader(x, y, batch_size=4),
-        torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", nepochs=1, domain=None,
-        nce=4, verbose=0, **kwargs,
+        objective,
+        model,
+        StubSearch(),
+        DeviceLoader(x, y, batch_size=4),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        device="cpu",
+        nepochs=1,
+        domain=None,
+        nce=4,
+        verbose=0,
+        **kwargs,
     )
 
 
@@ -130,8 +150,12 @@ def hand_run(objective, **kwargs):
 def test_one_batch_loss_matches_the_hand_computation(objective):
     _, log = hand_run(objective)
     (record,) = log
-    expected = (objective.lambda_clf * CE + objective.lambda_div * HAND["implaus"]
-                + objective.lambda_reg * HAND["reg_loss"] + objective.lambda_adv * HAND["adv_loss"])
+    expected = (
+        objective.lambda_clf * CE
+        + objective.lambda_div * HAND["implaus"]
+        + objective.lambda_reg * HAND["reg_loss"]
+        + objective.lambda_adv * HAND["adv_loss"]
+    )
     assert record.train_loss == pytest.approx(expected, abs=1e-5)
     # The three terms are logged whatever their weights (without gradient when the weight is 0).
     for name, value in HAND.items():
@@ -144,8 +168,13 @@ def test_terms_with_zero_weight_never_reach_the_gradient():
     trained = {}
     for needs_ce in (False, True):
         torch.manual_seed(0)
-        model, log = toy_run(VanillaObjective(needs_ce=needs_ce), NativeGenerator(maxiter=3),
-                             nce=30, nepochs=2, seed=0)
+        model, log = toy_run(
+            VanillaObjective(needs_ce=needs_ce),
+            NativeGenerator(maxiter=3),
+            nce=30,
+            nepochs=2,
+            seed=0,
+        )
         trained[needs_ce] = [p.detach().clone() for p in model.parameters()]
         assert all((r.implaus is not None) == needs_ce for r in log)
         assert all((r.adv_loss is not None) == needs_ce for r in log)
@@ -169,8 +198,14 @@ def test_vanilla_never_calls_the_generator():
 
 
 def test_log_has_none_exactly_where_it_should():
-    _, log = toy_run(FullObjective(), nepochs=5, burnin=0.4, accuracy_every=2, nce=30,
-                     val_loader=DeviceLoader(*toy_data(30, seed=1), batch_size=10))
+    _, log = toy_run(
+        FullObjective(),
+        nepochs=5,
+        burnin=0.4,
+        accuracy_every=2,
+        nce=30,
+        val_loader=DeviceLoader(*toy_data(30, seed=1), batch_size=10),
+    )
     assert [r.epoch for r in log] == [1, 2, 3, 4, 5]
     assert [r.acc is None for r in log] == [True, False, True, False, True]
     assert [r.acc_val is None for r in log] == [True, False, True, False, True]
@@ -257,8 +292,18 @@ def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
     constraints = make_constraints(None, mutability, N_FEATURES, device="cpu")
     rng = torch.Generator().manual_seed(0)
     cf = epoch_counterfactuals(
-        model, NativeGenerator(maxiter=8, step_size=2.0, tau=0.5), x, y, 40, label_levels(y),
-        NeighbourSampler(y, N_CLASSES), constraints, None, mutability, None, rng,
+        model,
+        NativeGenerator(maxiter=8, step_size=2.0, tau=0.5),
+        x,
+        y,
+        40,
+        label_levels(y),
+        NeighbourSampler(y, N_CLASSES),
+        constraints,
+        None,
+        mutability,
+        None,
+        rng,
     )
     assert 0 < int(cf.valid.sum()) < 40  # both branches are exercised
     mature = cf.counterfactual
@@ -325,9 +370,17 @@ def test_labels_out_of_range_are_named():
     model = mlp(N_FEATURES, (16,), N_CLASSES)
     loader = DeviceLoader(x, y + 1, batch_size=30)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\]"):
-        counterfactual_training(FullObjective(), model, NativeGenerator(), loader,
-                                torch.optim.Adam(model.parameters()), device="cpu", nepochs=1,
-                                domain=None, verbose=0)
+        counterfactual_training(
+            FullObjective(),
+            model,
+            NativeGenerator(),
+            loader,
+            torch.optim.Adam(model.parameters()),
+            device="cpu",
+            nepochs=1,
+            domain=None,
+            verbose=0,
+        )
 
 
 def test_small_nce_is_raised_to_one_per_batch():
@@ -347,8 +400,16 @@ def test_non_finite_loss_skips_the_update_and_is_counted():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.warns(UserWarning, match="non-finite loss in epoch 1, batch 0: update skipped"):
         _, log = counterfactual_training(
-            VanillaObjective(), model, NativeGenerator(), loader, optimizer, device="cpu",
-            nepochs=1, domain=None, verbose=0)
+            VanillaObjective(),
+            model,
+            NativeGenerator(),
+            loader,
+            optimizer,
+            device="cpu",
+            nepochs=1,
+            domain=None,
+            verbose=0,
+        )
     assert log[0].skipped_batches == 1
     assert log[0].train_loss != log[0].train_loss  # the mean covers every batch: NaN, as in CT.jl
     torch.manual_seed(0)
@@ -370,8 +431,15 @@ def _interrupted_run(tmp_path, **kwargs):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        toy_run(FullObjective(), nepochs=4, burnin=0.25, nce=30, checkpoint_dir=tmp_path,
-                callback=stop_after_two, **kwargs)
+        toy_run(
+            FullObjective(),
+            nepochs=4,
+            burnin=0.25,
+            nce=30,
+            checkpoint_dir=tmp_path,
+            callback=stop_after_two,
+            **kwargs,
+        )
 
 
 def test_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path):
@@ -379,8 +447,15 @@ def test_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path):
     _interrupted_run(tmp_path)
     # A fresh process would build a new model, optimizer and loader: different seeds prove the
     # checkpoint (weights, optimizer, RNG and loader states) alone decides the outcome.
-    model_b, log_b = toy_run(FullObjective(), nepochs=4, burnin=0.25, nce=30, seed=7,
-                             loader_seed=9, checkpoint_dir=tmp_path)
+    model_b, log_b = toy_run(
+        FullObjective(),
+        nepochs=4,
+        burnin=0.25,
+        nce=30,
+        seed=7,
+        loader_seed=9,
+        checkpoint_dir=tmp_path,
+    )
     for a, b in zip(model_a.state_dict().values(), model_b.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     strip = [{k: v for k, v in vars(r).items() if k != "time_taken"} for r in log_a]
@@ -394,8 +469,7 @@ def test_fp16_resume_restores_the_grad_scaler(tmp_path):
     _interrupted_run(tmp_path, amp="fp16", device="cuda")
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["scaler"]
     assert saved["scale"] > 0 and saved["_growth_tracker"] > 0
-    model_b, _ = toy_run(FullObjective(), seed=7, loader_seed=9, checkpoint_dir=tmp_path,
-                         **kwargs)
+    model_b, _ = toy_run(FullObjective(), seed=7, loader_seed=9, checkpoint_dir=tmp_path, **kwargs)
     for a, b in zip(model_a.state_dict().values(), model_b.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -446,9 +520,17 @@ def test_full_training_lowers_the_energy_differential_on_mnist():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _, log = counterfactual_training(
-            FullObjective(), model, NativeGenerator(**PAPER_SEARCH, tau=0.5, step_size=1.0),
-            data.loader(100), torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
-            nepochs=12, domain=data.domain, burnin=0.34, nce=120, verbose=0,
+            FullObjective(),
+            model,
+            NativeGenerator(**PAPER_SEARCH, tau=0.5, step_size=1.0),
+            data.loader(100),
+            torch.optim.Adam(model.parameters(), 1e-2),
+            device="cpu",
+            nepochs=12,
+            domain=data.domain,
+            burnin=0.34,
+            nce=120,
+            verbose=0,
         )
     cf_epochs = [r for r in log if r.implaus is not None]
     assert len(cf_epochs) == 8
