@@ -31,9 +31,9 @@ from benchmarks.common import (
 )
 from benchmarks.config import CONVERGING_SEARCH, MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
-from cfbook.compiled_step import AUTO_COMPILE_AFTER_STEPS, record_eager_search
-from cfbook.generators import CounterfactualResult, NativeGenerator
 from cfbook.models import N_FEATURES
+from cfbook.search.compiled import AUTO_COMPILE_AFTER_STEPS, record_eager_search
+from cfbook.search.generators import CounterfactualResult, NativeGenerator
 
 TITLE = "2. Generator efficiency: NativeGenerator vs bare forward+backward passes"
 TARGET = 1.15  # Native time / bare passes over the active rows

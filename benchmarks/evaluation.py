@@ -13,8 +13,8 @@ from functools import partial
 from benchmarks.common import Case, Context, Table, check, fmt, fmt_ratio, side_by_side
 from benchmarks.config import MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
-from cfbook.evaluation import EvaluationConfig
-from cfbook.generators import CounterfactualResult, NativeGenerator
+from cfbook.evaluation.protocol import EvaluationConfig
+from cfbook.search.generators import CounterfactualResult, NativeGenerator
 
 TITLE = "8. Evaluation search: throughput beside the training-time search"
 TARGET = 1.15  # evaluation µs per counterfactual-step / training search's

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from benchmarks.common import Context
 from cfbook.data import MNISTData, load_mnist
-from cfbook.metrics import accuracy, predict
+from cfbook.evaluation.metrics import accuracy, predict
 from cfbook.models import mlp, resnet18_mnist
 
 BUILDERS = {"mlp": mlp, "resnet18": resnet18_mnist}

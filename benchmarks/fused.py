@@ -1,4 +1,4 @@
-"""Benchmark 9: the compiled search step (``cfbook.compiled_step``) against bare passes.
+"""Benchmark 9: the compiled search step (``cfbook.search.compiled``) against bare passes.
 
 Three tables:
 
@@ -33,9 +33,9 @@ from benchmarks.config import FULL, MODEL_NAMES, QUICK
 from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, factuals, fresh_model, trained_model
 from benchmarks.overhead import Trainer
-from cfbook.compiled_step import AUTO_COMPILE_AFTER_STEPS, counts_toward_compile, graphs_compiled
-from cfbook.generators import NativeGenerator
 from cfbook.objectives import FullObjective
+from cfbook.search.compiled import AUTO_COMPILE_AFTER_STEPS, counts_toward_compile, graphs_compiled
+from cfbook.search.generators import NativeGenerator
 
 TITLE = "9. Compiled search step: time per counterfactual-step, compile time, training epochs"
 TARGET = 1.5  # whole MLP search at N = 1,024 (2 threads) / its bare forward+backward passes

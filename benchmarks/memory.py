@@ -24,8 +24,8 @@ import torch
 from benchmarks.common import Context, Table, check
 from benchmarks.fixtures import DOMAIN, fresh_model
 from cfbook.device import format_bytes, free_cached_memory, reset_peak_memory, synchronize
-from cfbook.generators import NativeGenerator
 from cfbook.models import N_FEATURES
+from cfbook.search.generators import NativeGenerator
 
 TITLE = "4. Memory: peak of the search vs cf_batchsize and nce"
 MAXITER = 2  # the peak is reached in the first iteration; more would only cost time

@@ -22,11 +22,11 @@ from benchmarks.common import Context, Table, check, fmt_ratio, timed
 from benchmarks.config import MODEL_NAMES, TrainSetup
 from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, mnist, trained_model
-from cfbook.compiled_step import Compile
 from cfbook.data import DeviceLoader
-from cfbook.generators import NativeGenerator
 from cfbook.log import EpochRecord
 from cfbook.objectives import FullObjective, Objective, VanillaObjective
+from cfbook.search.compiled import Compile
+from cfbook.search.generators import NativeGenerator
 from cfbook.training import counterfactual_training
 
 TITLE = "3. Training overhead: Full vs Vanilla objective per epoch"

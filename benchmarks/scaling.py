@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import Context, Table, fmt_ratio, fmt_seconds
+from cfbook.book.scaling import launcher
 from cfbook.device import cpu_cores
-from cfbook.scaling import launcher
 
 TITLE = "7. Scaling: one process or two (DDP), and threads per process"
 CONFIG_TIMEOUT_S = 900.0
@@ -159,9 +159,9 @@ def _worker(argv: list[str]) -> None:
     """One process of a configuration (``--worker OUT``); rank 0 writes the summary."""
     from cfbook import distributed
     from cfbook.data import load_mnist
-    from cfbook.generators import NativeGenerator
     from cfbook.models import build_model
     from cfbook.objectives import FullObjective
+    from cfbook.search.generators import NativeGenerator
     from cfbook.training import counterfactual_training
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling")

@@ -23,8 +23,8 @@ from benchmarks.config import MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
 from benchmarks.overhead import Trainer
 from cfbook.device import describe_device
-from cfbook.generators import NativeGenerator
 from cfbook.objectives import FullObjective
+from cfbook.search.generators import NativeGenerator
 
 TITLE = "5. CPU vs GPU: speed-up of the same workloads"
 CPU = torch.device("cpu")

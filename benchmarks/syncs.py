@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from benchmarks.common import Context, Table, check
 from benchmarks.config import CONVERGING_SEARCH
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
-from cfbook.generators import NativeGenerator, ReferenceGenerator
+from cfbook.search.generators import NativeGenerator, ReferenceGenerator
 
 TITLE = "Sync check: host synchronisations per search"
 aten = torch.ops.aten

@@ -13,7 +13,7 @@ from functools import partial
 from benchmarks.common import Case, Context, Table, check, fmt, fmt_ratio, side_by_side
 from benchmarks.config import MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
-from cfbook.generators import CounterfactualResult, NativeGenerator, ReferenceGenerator
+from cfbook.search.generators import CounterfactualResult, NativeGenerator, ReferenceGenerator
 
 TITLE = "1. Generator throughput: NativeGenerator vs ReferenceGenerator"
 TARGET_RATIO = {"mlp": 50.0, "resnet18": 5.0}  # at nce 1024, on a 2-core CPU

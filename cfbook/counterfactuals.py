@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from cfbook.constraints import Constraints, Domain, Mutability
-from cfbook.generators import NativeGenerator, ReferenceGenerator
-from cfbook.metrics import predict
+from cfbook.evaluation.metrics import predict
+from cfbook.search.constraints import Constraints, Domain, Mutability
+from cfbook.search.generators import NativeGenerator, ReferenceGenerator
+from cfbook.search.targets import draw_targets, uniform_draws
 
 Generator = NativeGenerator | ReferenceGenerator
 
@@ -40,42 +41,12 @@ class NeighbourSampler:
 
     def __call__(self, classes: Tensor, rng: torch.Generator | Tensor) -> Tensor:
         """``rng`` draws the uniforms, or is them (one per class requested) when drawn ahead."""
-        u = _uniform(rng, classes)
+        u = uniform_draws(rng, classes)
         counts = self.counts[classes]
         in_class = self.offsets[classes] + (u * counts).long().clamp(max=counts - 1)
         # A class absent from the data falls back to any sample, as in the Julia package.
         anywhere = (u * self.n).long().clamp(max=self.n - 1)
         return self.order[torch.where(counts > 0, in_class, anywhere)]
-
-
-def label_levels(y: Tensor) -> Tensor:
-    """The sorted labels present in the data: the classes targets are drawn from."""
-    levels = torch.unique(y)
-    if levels.numel() < 2:
-        raise ValueError(
-            f"the training labels hold {levels.numel()} class(es); counterfactual targets need "
-            "at least two"
-        )
-    return levels
-
-
-def _uniform(rng: torch.Generator | Tensor, like: Tensor) -> Tensor:
-    """One uniform draw per row of ``like``: from ``rng``, or ``rng`` itself if already drawn."""
-    if isinstance(rng, Tensor):
-        return rng
-    return torch.rand(like.shape[0], generator=rng, device=like.device)
-
-
-def draw_targets(predicted: Tensor, levels: Tensor, rng: torch.Generator | Tensor) -> Tensor:
-    """One target per factual, uniform over the labels present in the data (``levels``, sorted)
-    minus the predicted class, as in CT.jl; on the device, without a host sync. ``rng`` draws the
-    uniforms, or is them (one per factual) when drawn ahead."""
-    k = levels.shape[0]
-    pos = torch.searchsorted(levels, predicted).clamp_(max=k - 1)
-    present = levels[pos] == predicted
-    u = _uniform(rng, predicted)
-    r = (u * (k - present.long())).long().clamp_(max=k - 1)
-    return levels[r + (present & (r >= pos)).long()]
 
 
 def epoch_counterfactuals(

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cfbook.device import cpu_cores, detect_device
-from cfbook.metrics import accuracy, predict
+from cfbook.evaluation.metrics import accuracy, predict
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

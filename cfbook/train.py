@@ -4,7 +4,7 @@
     torchrun --nproc_per_node=2 -m cfbook.train --profile cpu --mode full      # 2 CPU processes
     torchrun --nproc_per_node=4 -m cfbook.train --profile tutorial --mode full # 4 GPUs, NCCL
 
-It runs what the papermill stage runs (:func:`cfbook.stages.run_training_stage`) and writes the
+It runs what the papermill stage runs (:func:`cfbook.book.stages.run_training_stage`) and writes the
 same files: ``data/<profile>/<mode>.json`` (one log per run), the weights and the evaluation, and
 a checkpoint per epoch in ``data/<profile>/checkpoints/`` from which a rerun resumes. The
 profile's ``batch_size`` is the global batch: each of N processes trains on ``batch_size / N``
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 from cfbook import distributed
-from cfbook.profiles import PROFILES, resolve_parameters
+from cfbook.book.profiles import PROFILES, resolve_parameters
+from cfbook.book.stages import TRAINING_MODES, run_training_stage
 from cfbook.profiling import profile_markdown
-from cfbook.stages import TRAINING_MODES, run_training_stage
 
 __all__ = ["main"]
 

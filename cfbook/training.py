@@ -21,20 +21,20 @@ from cfbook.checkpoint import (
     rng_states,
     save_checkpoint,
 )
-from cfbook.constraints import Domain, Mutability, infer_domain, make_constraints
 from cfbook.counterfactuals import (
     CounterfactualBatch,
     Generator,
     NeighbourSampler,
     epoch_counterfactuals,
-    label_levels,
 )
 from cfbook.device import synchronize
-from cfbook.generators import count_classes
 from cfbook.log import EpochRecord, TrainingLog
 from cfbook.objectives import Objective
 from cfbook.profiling import EpochProfiler
 from cfbook.progress import EpochProgress
+from cfbook.search.constraints import Domain, Mutability, infer_domain, make_constraints
+from cfbook.search.generators import count_classes
+from cfbook.search.targets import label_levels
 
 
 def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:

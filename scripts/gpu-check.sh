@@ -47,7 +47,7 @@ step "CUDA-only tests" 60 "$py" -m pytest -q -rs -m cuda tests/
 step "GPU benchmarks" 120 "$py" -m benchmarks.run --device cuda --note "scripts/gpu-check.sh" \
     --only speedup,scaling,overhead,throughput,precision,syncs,memory,efficiency
 if [ "$gpus" -ge 2 ]; then
-    step "DDP on 2 GPUs" 480 "$py" -m cfbook.scaling --profile tutorial --mode full \
+    step "DDP on 2 GPUs" 480 "$py" -m cfbook.book.scaling --profile tutorial --mode full \
         --processes 1 2 --device cuda
 else
     echo "=== one GPU: no 2-GPU DDP stage"

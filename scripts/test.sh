@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up, then run the linter and every test: unit tests, the notebooks (nbval), the pipeline, and
-# the site rendered by Quarto and by nbconvert, in Chromium.
+# Set up, then run the linter, the formatter check and every test: unit tests, the notebooks
+# (nbval), the pipeline, and the site rendered by Quarto and by nbconvert, in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,5 +15,6 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 export CFBOOK_DEVICE=${CFBOOK_DEVICE:-cpu}
 .venv/bin/python -m pytest "$@"

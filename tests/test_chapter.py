@@ -1,4 +1,4 @@
-"""cfbook.chapter.setup: the one call after every chapter's parameters cell."""
+"""cfbook.book.chapter.setup: the one call after every chapter's parameters cell."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cfbook.chapter import Chapter, setup
+from cfbook.book.chapter import Chapter, setup
+from cfbook.book.profiles import get_profile
 from cfbook.data import find_data_dir
-from cfbook.profiles import get_profile
 
 
 @pytest.fixture(autouse=True)

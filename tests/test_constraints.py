@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from cfbook.constraints import infer_domain, make_constraints
+from cfbook.search.constraints import infer_domain, make_constraints
 
 
 def test_mask_step_follows_mutability():

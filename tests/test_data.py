@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import cfbook.data as data_module
+import cfbook.data.paths as paths_module
 from cfbook.data import DeviceLoader, MNISTData, find_data_dir, load_mnist
 
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
@@ -211,7 +211,7 @@ def test_find_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_data_dir() == (tmp_path / "project" / "data").resolve()
     (tmp_path / "empty").mkdir()
     monkeypatch.chdir(tmp_path / "empty")
-    assert find_data_dir() == Path(data_module.__file__).resolve().parents[1] / "data"
+    assert find_data_dir() == Path(paths_module.__file__).resolve().parents[2] / "data"
 
 
 # --- DeviceLoader ---------------------------------------------------------------------------

@@ -21,12 +21,12 @@ import torch
 from distributed_worker import toy_data, toy_run
 
 from cfbook import distributed
+from cfbook.book.profiles import PROFILES
+from cfbook.book.stages import stage_outputs
 from cfbook.checkpoint import load_checkpoint
 from cfbook.data import DeviceLoader
 from cfbook.device import cpu_cores
 from cfbook.log import load_log
-from cfbook.profiles import PROFILES
-from cfbook.stages import stage_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("distributed_worker.py")

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from cfbook.data import load_mnist
-from cfbook.evaluation import (
+from cfbook.evaluation.metrics import mmd2
+from cfbook.evaluation.protocol import (
     EvaluationConfig,
     _pooled,
     _quality,
@@ -21,9 +22,8 @@ from cfbook.evaluation import (
     gallery,
     mean_se,
 )
-from cfbook.generators import CounterfactualResult
-from cfbook.metrics import mmd2
 from cfbook.models import mlp
+from cfbook.search.generators import CounterfactualResult
 
 
 def identity_model() -> nn.Module:
@@ -129,8 +129,8 @@ def test_pgd_stays_in_the_epsilon_ball_and_the_domain():
     model = mlp(4, (8,), 3)
     x = torch.rand(64, 4) * 2 - 1
     y = torch.randint(0, 3, (64,))
-    from cfbook.constraints import make_constraints
-    from cfbook.evaluation import _perturb
+    from cfbook.evaluation.protocol import _perturb
+    from cfbook.search.constraints import make_constraints
 
     c = make_constraints((-1.0, 1.0), None, 4, device="cpu")
     adv = _perturb(model, x, y, c, 0.2, 7)

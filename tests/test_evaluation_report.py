@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cfbook.evaluation import mean_se
-from cfbook.evaluation_figures import gallery_figure, quality_figure, robustness_figure
-from cfbook.evaluation_report import (
+from cfbook.book.figures.evaluation import gallery_figure, quality_figure, robustness_figure
+from cfbook.evaluation.protocol import mean_se
+from cfbook.evaluation.report import (
     compare_quality,
     compare_robustness,
     comparison_table,

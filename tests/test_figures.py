@@ -8,7 +8,7 @@ from statistics import fmean
 import pytest
 import torch
 
-from cfbook.figures import (
+from cfbook.book.figures.training import (
     COLOURS,
     comparison_figure,
     comparison_summary,
@@ -17,8 +17,8 @@ from cfbook.figures import (
     show,
     summary_markdown,
 )
+from cfbook.book.profiles import PROFILES
 from cfbook.log import EpochRecord, TrainingLog
-from cfbook.profiles import PROFILES
 
 NEPOCHS = 6
 BURNIN = 2

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from cfbook import NativeGenerator, ReferenceGenerator, compiled_step, generators
-from cfbook.generators import PAPER_SEARCH, SearchParameters
+from cfbook import NativeGenerator, ReferenceGenerator
+from cfbook.search import compiled, generators
+from cfbook.search.generators import PAPER_SEARCH, SearchParameters
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -293,7 +294,7 @@ def test_two_search_steps_match_the_hand_computation(generator):
     torch.testing.assert_close(res.nascent, torch.tensor([expected]), atol=1e-6, rtol=0)
 
 
-# The compiled step (cfbook.compiled_step). All tests below share the small MLP, so the suite
+# The compiled step (cfbook.search.compiled). All tests below share the small MLP, so the suite
 # compiles a handful of graphs (one per constraint layout), not one per test: the row count is
 # compiled as a size, and tau, lambdas and the energy weight are inputs, not constants.
 
@@ -360,8 +361,8 @@ def _count_compiles(monkeypatch) -> list[bool]:
         calls.append(True)
         return compile_graph(*args, **kwargs)
 
-    compile_graph = compiled_step._compile
-    monkeypatch.setattr(compiled_step, "_compile", spy)
+    compile_graph = compiled._compile
+    monkeypatch.setattr(compiled, "_compile", spy)
     return calls
 
 
@@ -487,7 +488,7 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     def no_compiler(*args, **kwargs):
         raise RuntimeError("no working C++ compiler found")
 
-    monkeypatch.setattr(compiled_step, "_compile", no_compiler)
+    monkeypatch.setattr(compiled, "_compile", no_compiler)
     model = small_mlp(seed=5)
     x, target = factuals(model)
     with pytest.warns(RuntimeWarning, match="no working C\\+\\+ compiler"):
@@ -499,34 +500,34 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
 def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_taken_long(
     monkeypatch,
 ):
-    monkeypatch.setattr(compiled_step, "_eager_steps", {})  # an account of its own
-    cpu, after = torch.device("cpu"), compiled_step.AUTO_COMPILE_AFTER_STEPS["cpu"]
+    monkeypatch.setattr(compiled, "_eager_steps", {})  # an account of its own
+    cpu, after = torch.device("cpu"), compiled.AUTO_COMPILE_AFTER_STEPS["cpu"]
     cheap, costly = (
         small_mlp(seed=7),
         nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(), nn.Linear(4096, N_CLASSES)),
     )
-    big = torch.zeros(compiled_step.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
-    assert compiled_step.counts_toward_compile("auto", cheap, big, amp=None)
-    assert not compiled_step.use_fused("auto", cheap, big, amp=None)  # no eager time yet
-    compiled_step.record_eager_search(cheap, cpu, after // 2)
-    assert not compiled_step.use_fused("auto", cheap, big, amp=None)
-    compiled_step.record_eager_search(cheap, torch.device("cuda"), after)  # another device's
-    assert not compiled_step.use_fused("auto", cheap, big, amp=None)
-    compiled_step.record_eager_search(cheap, cpu, after - after // 2)
-    assert compiled_step.use_fused("auto", cheap, big, amp=None)
-    assert not compiled_step.use_fused("auto", cheap, big[:100], amp=None)  # too small to pay
-    assert not compiled_step.counts_toward_compile("auto", cheap, big[:100], amp=None)
-    compiled_step.record_eager_search(costly, cpu, 2 * after)
-    assert not compiled_step.use_fused("auto", costly, big, amp=None)  # the model dominates
-    assert not compiled_step.counts_toward_compile("auto", costly, big, amp=None)
-    assert compiled_step.use_fused(True, cheap, big[:2], amp=None)
-    assert not compiled_step.use_fused(True, cheap, big[:1], amp=None)  # one row stays eager
-    assert not compiled_step.use_fused(True, cheap, big, amp="bf16")  # autocast stays eager
-    assert not compiled_step.use_fused(False, cheap, big, amp=None)
-    assert not compiled_step.counts_toward_compile(False, cheap, big, amp=None)
-    monkeypatch.setattr(compiled_step, "compiler_available", lambda: False)  # torch < 2.8
-    assert not compiled_step.counts_toward_compile("auto", cheap, big, amp=None)
-    assert not compiled_step.use_fused("auto", cheap, big, amp=None)
+    big = torch.zeros(compiled.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
+    assert compiled.counts_toward_compile("auto", cheap, big, amp=None)
+    assert not compiled.use_fused("auto", cheap, big, amp=None)  # no eager time yet
+    compiled.record_eager_search(cheap, cpu, after // 2)
+    assert not compiled.use_fused("auto", cheap, big, amp=None)
+    compiled.record_eager_search(cheap, torch.device("cuda"), after)  # another device's
+    assert not compiled.use_fused("auto", cheap, big, amp=None)
+    compiled.record_eager_search(cheap, cpu, after - after // 2)
+    assert compiled.use_fused("auto", cheap, big, amp=None)
+    assert not compiled.use_fused("auto", cheap, big[:100], amp=None)  # too small to pay
+    assert not compiled.counts_toward_compile("auto", cheap, big[:100], amp=None)
+    compiled.record_eager_search(costly, cpu, 2 * after)
+    assert not compiled.use_fused("auto", costly, big, amp=None)  # the model dominates
+    assert not compiled.counts_toward_compile("auto", costly, big, amp=None)
+    assert compiled.use_fused(True, cheap, big[:2], amp=None)
+    assert not compiled.use_fused(True, cheap, big[:1], amp=None)  # one row stays eager
+    assert not compiled.use_fused(True, cheap, big, amp="bf16")  # autocast stays eager
+    assert not compiled.use_fused(False, cheap, big, amp=None)
+    assert not compiled.counts_toward_compile(False, cheap, big, amp=None)
+    monkeypatch.setattr(compiled, "compiler_available", lambda: False)  # torch < 2.8
+    assert not compiled.counts_toward_compile("auto", cheap, big, amp=None)
+    assert not compiled.use_fused("auto", cheap, big, amp=None)
     with pytest.raises(ValueError, match="compile must be"):
         NativeGenerator(compile="always")
 
@@ -536,23 +537,23 @@ def test_auto_searches_eagerly_until_its_eager_searches_have_carried_enough_step
     over its iterations to its architecture's account, until the account reaches
     AUTO_COMPILE_AFTER_STEPS; then they compile."""
     calls = _count_compiles(monkeypatch)
-    monkeypatch.setattr(compiled_step, "AUTO_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(compiled_step, "_eager_steps", {})
+    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(compiled, "_eager_steps", {})
     model = small_mlp(seed=8)
     x, target = factuals(model)
-    account = compiled_step._account(model, x.device)
+    account = compiled._account(model, x.device)
     gen = NativeGenerator(tau=0.6)  # compile="auto"
     first = gen.generate(model, x, target)
     assert not calls
-    spent = compiled_step._eager_steps[account]
+    spent = compiled._eager_steps[account]
     # Converged rows are carried until the next compaction point: more than the steps the rows
     # took, fewer than every row for every iteration.
     assert int(first.iterations.sum()) < spent < len(x) * gen.maxiter
     stuck = small_mlp(seed=8, scale=0.5)  # nothing converges: every row, every iteration
     assert int(NativeGenerator(maxiter=7).generate(stuck, x, target).iterations.min()) == 7
-    assert compiled_step._eager_steps[account] == spent + 7 * len(x)
+    assert compiled._eager_steps[account] == spent + 7 * len(x)
     assert not calls  # still eager
-    monkeypatch.setitem(compiled_step.AUTO_COMPILE_AFTER_STEPS, "cpu", spent + 7 * len(x))
+    monkeypatch.setitem(compiled.AUTO_COMPILE_AFTER_STEPS, "cpu", spent + 7 * len(x))
     again = gen.generate(model, x, target)
     assert calls  # compiled now
     assert_same_search(again, first)
@@ -616,7 +617,7 @@ def test_a_compiled_model_is_freed_with_its_graphs():
     model = small_mlp(seed=11)
     x, target = factuals(model)
     NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
-    assert model in compiled_step._graphs
+    assert model in compiled._graphs
     alive = weakref.ref(model)
     del model
     gc.collect()

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from cfbook.metrics import accuracy, cost, implausibility, mmd2, predict, validity
+from cfbook.evaluation.metrics import accuracy, cost, implausibility, mmd2, predict, validity
 
 
 def linear_model() -> nn.Module:

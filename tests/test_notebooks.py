@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cfbook.book import read_book
+from cfbook.book.toc import read_book
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every chapter _quarto.yml lists, by name: a chapter added there is checked without edits here.
@@ -81,7 +81,7 @@ def test_chapter_starts_with_a_title_one_parameters_cell_and_setup(chapter):
     call = ", ".join(
         ["CT_MODE", "profile"] + (["data_dir=data_dir"] if "data_dir" in params else [])
     )
-    assert cells[1].source == f"from cfbook.chapter import setup\n\nchapter = setup({call})"
+    assert cells[1].source == f"from cfbook.book.chapter import setup\n\nchapter = setup({call})"
     later = "\n".join(cell.source for cell in cells[2:])
     for machinery in ("resolve_parameters(", "= detect_device()"):
         assert machinery not in later, f"{chapter}: repeats the setup machinery ({machinery})"
@@ -96,7 +96,8 @@ def test_stored_outputs_are_clean(chapter):
             assert output.output_type != "error", f"{chapter}: stored error output"
             html = output.get("data", {}).get("text/html", "")
             assert "plotly.js v" not in html and len(html) < 500_000, (
-                f"{chapter}: plotly.js is inlined; display figures with cfbook.figures.show"
+                f"{chapter}: plotly.js is inlined; display figures with "
+                "cfbook.book.figures.training.show"
             )
 
 

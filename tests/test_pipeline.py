@@ -17,21 +17,20 @@ import torch
 import yaml
 from conftest import REPO, SmokeBook
 
-from cfbook.book import CONFIG_FILE, HOME_PAGE, read_book
-from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
-from cfbook.models import build_model
-from cfbook.pipeline import (
+from cfbook.book.pipeline import (
     TRAINING_CHAPTER,
     _reuse_reason,
     _starts_this_python,
+    find_project_dir,
     kernel_name,
     main,
     stage_notebook_path,
 )
-from cfbook.profiles import MODEL_NAMES, get_profile
-from cfbook.site import PLOTLY_JS
-from cfbook.site_quarto import find_quarto, quarto_version
-from cfbook.stages import (
+from cfbook.book.profiles import MODEL_NAMES, get_profile
+from cfbook.book.scaling import REPO as SCALING_REPO
+from cfbook.book.site.build import PLOTLY_JS
+from cfbook.book.site.quarto import find_quarto, quarto_version
+from cfbook.book.stages import (
     TRAINING_MODES,
     evaluation_path,
     load_comparison_logs,
@@ -42,6 +41,9 @@ from cfbook.stages import (
     stage_outputs,
     weights_path,
 )
+from cfbook.book.toc import CONFIG_FILE, HOME_PAGE, read_book
+from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
+from cfbook.models import build_model
 
 SMOKE = get_profile("smoke")
 
@@ -116,9 +118,24 @@ def test_environment_yml_and_pyproject_name_the_same_dependencies() -> None:
         specs += extra
     pip = {_name(s) for s in specs}
     assert conda == pip, f"only in environment.yml: {conda - pip}; only in pyproject: {pip - conda}"
+    # torch and torchvision: the same lower bounds, and no upper bound that refuses a newer torch.
+    bounds = {_name(s): s for s in project["dependencies"] if _name(s) in ("torch", "torchvision")}
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and _name(dep) in bounds:
+            lower = re.sub(r"^[\w-]+", "", dep)
+            assert bounds[_name(dep)].endswith(lower) and lower.startswith(">="), dep
+            assert "<" not in bounds[_name(dep)], bounds[_name(dep)]
 
 
 # --- stages (the functions the chapters call) ----------------------------------------------------
+
+
+def test_outside_a_book_the_package_finds_its_own_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no _quarto.yml above: fall back to the package's repository
+    assert find_project_dir() == REPO
+    assert SCALING_REPO == REPO
 
 
 def test_log_and_notebook_paths(tmp_path: Path) -> None:
@@ -478,7 +495,7 @@ def test_existing_logs_are_reused_without_force(smoke_book: SmokeBook) -> None:
 
 
 def test_profile_data_is_the_stages_subset_and_loader() -> None:
-    from cfbook.stages import profile_data
+    from cfbook.book.stages import profile_data
 
     data, loader = profile_data(SMOKE, device="cpu")
     assert data.x.shape == (SMOKE.n, 784)

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from cfbook import FullObjective, NativeGenerator, VanillaObjective
-from cfbook.evaluation import EvaluationConfig
-from cfbook.profiles import (
+from cfbook.book.profiles import (
     CT_MODES,
     MODEL_NAMES,
     PROFILES,
@@ -20,6 +19,7 @@ from cfbook.profiles import (
     get_profile,
     resolve_parameters,
 )
+from cfbook.evaluation.protocol import EvaluationConfig
 
 
 @pytest.fixture(autouse=True)

@@ -31,8 +31,8 @@ from sitecheck import (
     serve,
 )
 
-from cfbook.book import read_book
-from cfbook.site import PLOTLY_JS
+from cfbook.book.site.build import PLOTLY_JS
+from cfbook.book.toc import read_book
 
 PRE_RENDER = REPO / "scripts" / "quarto_pre_render.py"
 POST_RENDER = REPO / "scripts" / "quarto_post_render.py"

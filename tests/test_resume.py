@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 from conftest import make_data_dir
 
+from cfbook.book.profiles import get_profile
+from cfbook.book.stages import log_path, stage_checkpoint_dir
 from cfbook.checkpoint import CHECKPOINT_NAME, load_checkpoint, prepare_checkpoint_dir
 from cfbook.log import load_log
-from cfbook.profiles import get_profile
-from cfbook.stages import log_path, stage_checkpoint_dir
 
 NEPOCHS = 12
 # The smoke stage with more epochs. argv: data folder, seconds to pause after each epoch (the
 # pause gives the test time to kill the first run before it ends; the rerun does not pause).
 _STAGE = f"""
 import dataclasses, sys, time
-import cfbook.stages as stages
-from cfbook.profiles import get_profile
+import cfbook.book.stages as stages
+from cfbook.book.profiles import get_profile
 
 train, pause = stages.counterfactual_training, float(sys.argv[2])
 stages.counterfactual_training = lambda *args, **kwargs: train(

@@ -7,10 +7,7 @@ import torch
 from distributed_worker import toy_data, toy_run
 
 from cfbook import distributed
-from cfbook.data import DeviceLoader
-from cfbook.log import save_log
-from cfbook.profiling import REGIONS, profile_markdown
-from cfbook.scaling import (
+from cfbook.book.scaling import (
     device_comparison_markdown,
     launcher,
     load_scaling_runs,
@@ -21,6 +18,9 @@ from cfbook.scaling import (
     scaling_profiles,
     stored_benchmark,
 )
+from cfbook.data import DeviceLoader
+from cfbook.log import save_log
+from cfbook.profiling import REGIONS, profile_markdown
 
 
 @pytest.fixture(scope="module")

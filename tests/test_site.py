@@ -14,9 +14,9 @@ from conftest import REPO, SmokeBook
 from playwright.sync_api import Browser
 from sitecheck import dead_links, drawn_figures, notebook_figures, open_page, page_links, serve
 
-from cfbook.book import CONFIG_FILE, HOME_PAGE, read_book
-from cfbook.site import PLOTLY_JS, build_site
-from cfbook.site_nbconvert import chapter_title
+from cfbook.book.site.build import PLOTLY_JS, build_site
+from cfbook.book.site.nbconvert import chapter_title
+from cfbook.book.toc import CONFIG_FILE, HOME_PAGE, read_book
 
 _CONFIG = {
     "book": {

@@ -14,17 +14,13 @@ from cfbook import (
     VanillaObjective,
     counterfactual_training,
 )
-from cfbook.constraints import make_constraints
-from cfbook.counterfactuals import (
-    NeighbourSampler,
-    draw_targets,
-    epoch_counterfactuals,
-    label_levels,
-)
+from cfbook.counterfactuals import NeighbourSampler, epoch_counterfactuals
 from cfbook.data import DeviceLoader, load_mnist
-from cfbook.generators import PAPER_SEARCH
-from cfbook.metrics import accuracy, predict
+from cfbook.evaluation.metrics import accuracy, predict
 from cfbook.models import mlp
+from cfbook.search.constraints import make_constraints
+from cfbook.search.generators import PAPER_SEARCH
+from cfbook.search.targets import draw_targets, label_levels
 from cfbook.training import _chunk_bounds
 
 N_FEATURES, N_CLASSES = 10, 3

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
-from cfbook.compiled_step import (
+from cfbook.search.compiled import (
     Compile,
     check_compile,
     compile_search,
@@ -24,8 +24,8 @@ from cfbook.compiled_step import (
     record_eager_search,
     use_fused,
 )
-from cfbook.constraints import Constraints, Domain, Mutability, make_constraints
-from cfbook.search_step import (
+from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
+from cfbook.search.step import (
     ENERGY_RIDGE,
     StepSettings,
     WorkingSet,
@@ -156,7 +156,7 @@ class NativeGenerator(SearchParameters):
 
     ``compile`` picks how each iteration runs (the results agree to float rounding):
 
-    - ``"auto"`` (default): the compiled step (``cfbook.compiled_step``) where it pays, i.e. for
+    - ``"auto"`` (default): the compiled step (``cfbook.search.compiled``) where it pays, i.e. for
       large searches with a cheap model such as the paper's MLP, once the eager searches of
       that model's architecture have carried ``AUTO_COMPILE_AFTER_STEPS`` counterfactual-steps
       in the process (on a 2-core CPU about 10 s of searching), so that only long runs pay for

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cfbook.book import Book
+from cfbook.book.toc import Book
 
 __all__ = ["find_quarto", "quarto_version", "render_with_quarto"]
 

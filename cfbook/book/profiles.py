@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from cfbook.evaluation import EvaluationConfig
-from cfbook.generators import PAPER_SEARCH, NativeGenerator
+from cfbook.evaluation.protocol import EvaluationConfig
 from cfbook.models import MODELS
 from cfbook.objectives import DEFAULT_LAMBDAS, FullObjective, Objective, VanillaObjective
+from cfbook.search.generators import PAPER_SEARCH, NativeGenerator
 
 __all__ = [
     "CT_MODES",

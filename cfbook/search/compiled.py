@@ -1,6 +1,6 @@
 """The compiled search iteration: when it pays, how it is compiled, and the fall-back to eager.
 
-``search_step.fused_step`` is traced into one graph per iteration (``make_fx``: the model as a pure
+``step.fused_step`` is traced into one graph per iteration (``make_fx``: the model as a pure
 function of its parameters, the input gradient, the update and the bookkeeping) and compiled by
 inductor: the model's matrix products plus a few generated kernels (one loop over the iterate for
 the whole update), instead of some twenty eager kernels and their temporaries. The graph is then
@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from cfbook.search_step import WorkingSet, fused_step
+from cfbook.search.step import WorkingSet, fused_step
 
 Compile = bool | Literal["auto"]
 
@@ -161,7 +161,7 @@ def compile_search(
     the model cannot be compiled (the caller then searches eagerly, now and from then on).
 
     The step writes into the working set's buffers in place: ``step(ws, phi, scalars)`` (see
-    ``search_step.fused_step``). Its inputs must be contiguous, as the search's buffers are.
+    ``step.fused_step``). Its inputs must be contiguous, as the search's buffers are.
     """
     global _compiles
     state = [*(p.detach() for p in model.parameters()), *model.buffers()]

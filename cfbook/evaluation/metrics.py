@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from cfbook.generators import eval_mode
+from cfbook.search.generators import eval_mode
 
 
 @torch.no_grad()

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cfbook.book import CONFIG_FILE, Book, read_book
-from cfbook.site_nbconvert import PLOTLY_JS, render_with_nbconvert
-from cfbook.site_quarto import find_quarto, quarto_version, render_with_quarto
+from cfbook.book.site.nbconvert import PLOTLY_JS, render_with_nbconvert
+from cfbook.book.site.quarto import find_quarto, quarto_version, render_with_quarto
+from cfbook.book.toc import CONFIG_FILE, Book, read_book
 
 __all__ = ["CONFIG_FILE", "PLOTLY_JS", "Book", "Site", "build_site", "read_book"]
 

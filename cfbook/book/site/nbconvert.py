@@ -21,7 +21,7 @@ from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
-from cfbook.book import Book
+from cfbook.book.toc import Book
 
 __all__ = ["PLOTLY_JS", "chapter_title", "copy_plotly_js", "render_with_nbconvert"]
 

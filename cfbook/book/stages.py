@@ -15,13 +15,13 @@ import torch
 
 from cfbook import distributed
 from cfbook.atomic import atomic_torch_save, atomic_write_text
+from cfbook.book.profiles import Profile, check_mode
 from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
-from cfbook.evaluation import EVALUATION_FORMAT, evaluate
+from cfbook.evaluation.protocol import EVALUATION_FORMAT, evaluate
 from cfbook.log import TrainingLog, load_log, save_log
 from cfbook.models import build_model
-from cfbook.profiles import Profile, check_mode
 from cfbook.training import counterfactual_training
 
 __all__ = [

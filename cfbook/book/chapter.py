@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
+from cfbook.book.profiles import Profile, resolve_parameters
 from cfbook.data import find_data_dir
 from cfbook.device import describe_device, detect_device
-from cfbook.profiles import Profile, resolve_parameters
 
 __all__ = ["Chapter", "setup"]
 
@@ -36,7 +36,7 @@ def setup(
     *,
     data_dir: str | Path | None = None,
 ) -> Chapter:
-    """Resolve a chapter's parameters as :func:`cfbook.profiles.resolve_parameters` does.
+    """Resolve a chapter's parameters as :func:`cfbook.book.profiles.resolve_parameters` does.
 
     ``CT_MODE=None`` reads $CT_MODE (else ``plot``), ``profile=None`` reads $CFBOOK_PROFILE (else
     the default for the device), the device comes from $CFBOOK_DEVICE or detection, and

@@ -8,9 +8,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cfbook.evaluation import MEASURES, decode_levels
-from cfbook.evaluation_report import MEASURE_LABELS
-from cfbook.figures import COLOURS, TEMPLATE
+from cfbook.book.figures.training import COLOURS, TEMPLATE
+from cfbook.evaluation.protocol import MEASURES, decode_levels
+from cfbook.evaluation.report import MEASURE_LABELS
 
 NAMES = {"full": "CT", "vanilla": "baseline"}
 _IMAGE_SCALE = [[0, "white"], [1, "black"]]

@@ -20,8 +20,8 @@ import torch
 from plotly.subplots import make_subplots
 
 if TYPE_CHECKING:
+    from cfbook.book.profiles import Profile
     from cfbook.log import EpochRecord, TrainingLog
-    from cfbook.profiles import Profile
 
 #: One colour per objective, shared by its curves, average lines and annotations.
 COLOURS = {"full": "#1f6fb4", "vanilla": "#e8710a"}
@@ -523,7 +523,7 @@ def profile_table(profiles: Iterable[Profile]) -> str:
     """
     profiles = list(profiles)
     if not profiles:
-        raise ValueError("profiles is empty: pass at least one cfbook.profiles.Profile")
+        raise ValueError("profiles is empty: pass at least one cfbook.book.profiles.Profile")
     names = [f.name for f in fields(profiles[0]) if f.name != "name"]
     lines = [
         "| setting | " + " | ".join(f"`{p.name}`" for p in profiles) + " |",

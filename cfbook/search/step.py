@@ -6,7 +6,7 @@ Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
   any model, and it is the path to read and debug.
 - ``fused_step``: the same iteration as one pure function of tensors (model forward, input
   gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be traced and
-  compiled whole (``cfbook.compiled_step``). It writes its results into the working set's
+  compiled whole (``cfbook.search.compiled``). It writes its results into the working set's
   buffers in place, so a compiled iteration allocates one gradient and nothing else, and it
   touches each N x D buffer once: one loop over the iterate per iteration.
 
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.amp import autocast
-from cfbook.constraints import Constraints
+from cfbook.search.constraints import Constraints
 
 # Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
 ENERGY_RIDGE = 1e-3

@@ -1,7 +1,7 @@
 """Measured runs for the "Scaling up" chapter: one training stage on 1 and on N processes.
 
-    python -m cfbook.scaling --profile cpu --mode full                 # 1 process, then 2 (gloo)
-    python -m cfbook.scaling --profile tutorial --mode full --processes 1 2 --device cuda
+    python -m cfbook.book.scaling --profile cpu --mode full   # 1 process, then 2 (gloo)
+    python -m cfbook.book.scaling --profile tutorial --mode full --processes 1 2 --device cuda
 
 Each run is ``python -m cfbook.train`` (under torchrun for several processes) on a scratch copy of
 the data folder, so the profile's own logs stay as they are. Its log, with the command, the number
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from cfbook.book.profiles import PROFILES
+from cfbook.book.stages import TRAINING_MODES, log_path
 from cfbook.data import display_path, find_data_dir
 from cfbook.log import TrainingLog, load_log, save_log
-from cfbook.profiles import PROFILES
-from cfbook.stages import TRAINING_MODES, log_path
 
 __all__ = [
     "SCALING_DIR",
@@ -46,7 +46,7 @@ __all__ = [
 
 SCALING_DIR = "scaling"
 RUN_TIMEOUT_S = 3600.0
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def launcher(processes: int) -> list[str]:
@@ -145,7 +145,9 @@ def _seconds(value: float) -> str:
 def scaling_markdown(runs: dict[int, TrainingLog]) -> str:
     """One row per process count: threads, epoch and wall times, final figures, speed-up."""
     if not runs:
-        return "No scaling runs stored: run `python -m cfbook.scaling --profile cpu --mode full`."
+        return (
+            "No scaling runs stored: run `python -m cfbook.book.scaling --profile cpu --mode full`."
+        )
     base = sum(r.time_taken for r in next(iter(runs.values())))
     lines = [
         "| processes | threads each | epochs, summed | per epoch after burn-in | command wall "
@@ -265,7 +267,7 @@ def device_comparison_markdown(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cfbook.scaling",
+        prog="python -m cfbook.book.scaling",
         description="Train one stage on 1 and on N processes and keep the logs for the "
         "Scaling up chapter. Measure on an otherwise idle machine.",
     )

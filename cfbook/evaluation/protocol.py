@@ -17,11 +17,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cfbook.constraints import Constraints, Domain, make_constraints
-from cfbook.counterfactuals import draw_targets
 from cfbook.device import synchronize
-from cfbook.generators import NativeGenerator, eval_mode
-from cfbook.metrics import accuracy, cost, implausibility, mmd2, predict
+from cfbook.evaluation.metrics import accuracy, cost, implausibility, mmd2, predict
+from cfbook.search.constraints import Constraints, Domain, make_constraints
+from cfbook.search.generators import NativeGenerator, eval_mode
+from cfbook.search.targets import draw_targets
 
 EVALUATION_FORMAT = "cfbook-evaluation"
 EVALUATION_VERSION = 1

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cfbook.evaluation import mean_se
+from cfbook.evaluation.protocol import mean_se
 
 #: Label and direction of each counterfactual measure (True: higher is better).
 MEASURE_LABELS = {

@@ -1,0 +1,37 @@
+"""Target classes for counterfactuals: uniform over the labels present in the data, minus the
+predicted class, drawn on the device without a host sync (training and evaluation alike)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def label_levels(y: Tensor) -> Tensor:
+    """The sorted labels present in the data: the classes targets are drawn from."""
+    levels = torch.unique(y)
+    if levels.numel() < 2:
+        raise ValueError(
+            f"the training labels hold {levels.numel()} class(es); counterfactual targets need "
+            "at least two"
+        )
+    return levels
+
+
+def uniform_draws(rng: torch.Generator | Tensor, like: Tensor) -> Tensor:
+    """One uniform draw per row of ``like``: from ``rng``, or ``rng`` itself if already drawn."""
+    if isinstance(rng, Tensor):
+        return rng
+    return torch.rand(like.shape[0], generator=rng, device=like.device)
+
+
+def draw_targets(predicted: Tensor, levels: Tensor, rng: torch.Generator | Tensor) -> Tensor:
+    """One target per factual, uniform over the labels present in the data (``levels``, sorted)
+    minus the predicted class, as in CT.jl; on the device, without a host sync. ``rng`` draws the
+    uniforms, or is them (one per factual) when drawn ahead."""
+    k = levels.shape[0]
+    pos = torch.searchsorted(levels, predicted).clamp_(max=k - 1)
+    present = levels[pos] == predicted
+    u = uniform_draws(rng, predicted)
+    r = (u * (k - present.long())).long().clamp_(max=k - 1)
+    return levels[r + (present & (r >= pos)).long()]
