@@ -34,7 +34,7 @@ from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, factuals, fresh_model, trained_model
 from benchmarks.overhead import Trainer
 from cfbook.objectives import FullObjective
-from cfbook.search.compiled import AUTO_COMPILE_AFTER_STEPS, counts_toward_compile, graphs_compiled
+from cfbook.search.compiled import AUTO_COMPILE_STEPS, auto_compiles, graphs_compiled
 from cfbook.search.generators import NativeGenerator
 
 TITLE = "9. Compiled search step: time per counterfactual-step, compile time, training epochs"
@@ -112,10 +112,11 @@ def _step_table(ctx: Context, targets: Table) -> Table:
     table.notes += [
         "eager: NativeGenerator(compile=False); compiled: compile=True (the MLP only: for "
         "ResNet-18 the model's passes are nearly all of the time, and compiling them would take "
-        "minutes); auto compiles: whether compile='auto' (the default) compiles such searches, "
-        "which it does once the eager searches of the model's architecture have carried "
-        f"{AUTO_COMPILE_AFTER_STEPS[ctx.device.type]:,} counterfactual-steps in the process "
-        "(in brackets: the eager seconds that took in this row). All three include "
+        "minutes); auto compiles: whether compile='auto' (the default) compiles such searches: a "
+        "generate() call of this size (rows x maxiter counterfactual-steps), or only a training "
+        "run whose searches plan at least "
+        f"{AUTO_COMPILE_STEPS[ctx.device.type]:,} counterfactual-steps (in brackets: the eager "
+        "seconds those would take at this row's speed). All three include "
         "the whole generate() call (argument checks, compaction reads, the final convergence "
         "check), which is why a search at maxiter 1-3 sits above its bare passes by about one "
         "extra forward pass.",
@@ -151,7 +152,8 @@ def _step_row(
     gens = {"eager": NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=False)}
     if name == "mlp":
         gens["compiled"] = NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=True)
-    auto = counts_toward_compile("auto", model, x[:chunk], None)
+    steps = AUTO_COMPILE_STEPS[ctx.device.type]
+    auto = auto_compiles(model, x[:chunk], None, steps)  # for a run that plans enough steps
     heavy = n * maxiter > ctx.sizes.fused_heavy[name]
     cases = {
         k: Case(
@@ -172,10 +174,12 @@ def _step_row(
     )
     bare = timings["bare"].median
     eager = timings["eager"].median
-    steps = AUTO_COMPILE_AFTER_STEPS[ctx.device.type]
-    path = (
-        f"after {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)" if auto else "never"
-    )
+    if not auto:
+        path = "never"
+    elif auto_compiles(model, x[:chunk], None, n * maxiter):
+        path = "yes"
+    else:
+        path = f"in runs of {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)"
     compiled = timings["compiled"].median if "compiled" in timings else None
     table.add(
         name,
@@ -343,6 +347,7 @@ def _epoch_table(ctx: Context) -> Table:
             f"total, {epochs} epochs",
             "graphs compiled",
             "compile repaid after",
+            "repaid after, planned steps",
         ],
     )
     base = {"probe": "epochs", "device": str(ctx.device), "quick": ctx.quick, "epochs": epochs}
@@ -355,17 +360,17 @@ def _epoch_table(ctx: Context) -> Table:
             results[label] = _run_child({**base, "compile": compile}, cache_dir)
             ctx.log(f"fused epochs {label}: {results[label]['times']}")
     eager_later = _mean(results["eager (compile=False)"]["times"][1:])
+    per_epoch = setup.nce * sizes.maxiter  # the counterfactual-steps an epoch plans
     for label, r in results.items():
         later = _mean(r["times"][1:])
         saving = eager_later - later
         extra = r["times"][0] - later
-        repaid = (
-            "-"
-            if not label.startswith("compiled")
-            else f"{extra / saving:.0f} epochs"
-            if saving > 0
-            else "never (no saving)"
-        )
+        repaid = steps = "-"
+        if label.startswith("compiled"):
+            repaid, steps = "never (no saving)", "-"
+            if saving > 0:
+                repaid = f"{extra / saving:.0f} epochs"
+                steps = f"{extra / saving * per_epoch / 1e6:.1f}M"
         table.add(
             label,
             fmt_seconds(r["times"][0]),
@@ -373,6 +378,7 @@ def _epoch_table(ctx: Context) -> Table:
             fmt_seconds(sum(r["times"])),
             r["graphs"],
             repaid,
+            steps,
         )
     table.notes += [
         "Epoch times are the training log's time_taken (search + training); epoch 1 of a "
@@ -381,10 +387,12 @@ def _epoch_table(ctx: Context) -> Table:
         "has caught up.",
         "The search is one part of an epoch; its share, and so the saving per epoch, grows with "
         "nce (the paper's MNIST run searches 5,000 counterfactuals per epoch for 100 epochs).",
-        "auto (the default) compiles once the eager searches of the model's architecture have "
-        f"carried {AUTO_COMPILE_AFTER_STEPS[ctx.device.type]:,} counterfactual-steps in the "
-        "process: a run this short never pays the compile (graphs compiled 0), a long one pays "
-        "it once after that much eager searching.",
+        f"Repaid after, planned steps: the same in counterfactual-steps planned ({per_epoch:,} "
+        "an epoch: nce x maxiter), the measure compile='auto' decides by: a training run "
+        "compiles from its first search if its search epochs x nce x maxiter reach "
+        f"{AUTO_COMPILE_STEPS[ctx.device.type]:,} (AUTO_COMPILE_STEPS), and searches eagerly "
+        "throughout otherwise. Each epoch here is its own counterfactual_training call, a run "
+        "that plans one epoch: auto never compiles it (graphs compiled 0).",
     ]
     return table
 

@@ -63,13 +63,15 @@ def epoch_counterfactuals(
     cf_batchsize: int | None,
     rng: torch.Generator,
     rows: slice | None = None,
+    compile: bool | None = None,
 ) -> CounterfactualBatch:
     """Search ``nce`` counterfactuals with the model as it stands at the epoch start.
 
     Every random number of the epoch (factuals, targets, neighbours) is drawn for all ``nce``
     rows before the search. Under DDP each process keeps only its ``rows`` of them: with ``rng``
     seeded alike everywhere, the processes share the search of exactly the counterfactuals one
-    process would find, without overlap, and their generators stay in step.
+    process would find, without overlap, and their generators stay in step. ``compile`` is the
+    run's decision for a NativeGenerator (see ``NativeGenerator.settle_compile``).
     """
     device = x_all.device
     idx = torch.randperm(x_all.shape[0], generator=rng, device=device)[:nce]
@@ -79,7 +81,8 @@ def epoch_counterfactuals(
         idx, u_target, u_neighbour = idx[rows], u_target[rows], u_neighbour[rows]
     x, label = x_all[idx], y_all[idx]
     target = draw_targets(predict(model, x), levels, u_target)
-    kwargs = {"cf_batchsize": cf_batchsize} if isinstance(generator, NativeGenerator) else {}
+    native = isinstance(generator, NativeGenerator)
+    kwargs = {"cf_batchsize": cf_batchsize, "compile": compile} if native else {}
     found = generator.generate(model, x, target, domain=domain, mutability=mutability, **kwargs)
     neighbour = x_all[neighbours(target, u_neighbour)]
     mature = torch.where(found.valid[:, None], found.counterfactual, neighbour)

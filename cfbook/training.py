@@ -33,7 +33,7 @@ from cfbook.objectives import Objective
 from cfbook.profiling import EpochProfiler
 from cfbook.progress import EpochProgress
 from cfbook.search.constraints import Domain, Mutability, infer_domain, make_constraints
-from cfbook.search.generators import count_classes
+from cfbook.search.generators import NativeGenerator, count_classes
 from cfbook.search.targets import label_levels
 
 
@@ -151,11 +151,12 @@ def _resume(
     rng: torch.Generator,
     loader: object,
     log: TrainingLog,
-) -> int:
-    """Restore the last completed epoch's state, if any; returns the epoch to start from."""
+) -> tuple[int, dict | None]:
+    """Restore the last completed epoch's state, if any; returns the epoch to start from and
+    the interrupted run's compile decision (see ``_settle_compile``)."""
     state = load_checkpoint(checkpoint_dir)
     if state is None:
-        return 1
+        return 1, None
     saved, world = state.get("world_size", 1), distributed.world_size()
     if saved != world:
         raise ValueError(
@@ -172,7 +173,28 @@ def _resume(
         scaler.load_state_dict(state["scaler"])
     restore_rng_states(state["rng"], rng, loader)
     log.extend(EpochRecord(**r) for r in state["log"])
-    return state["epoch"] + 1
+    return state["epoch"] + 1, state.get("search_compile")
+
+
+def _settle_compile(
+    generator: Generator,
+    model: nn.Module,
+    x_all: Tensor,
+    nce: int,
+    world: int,
+    cf_batchsize: int | None,
+    search_epochs: int,
+) -> dict | None:
+    """``compile="auto"`` decided once for the whole run, from its planned counterfactual-steps
+    (search epochs x ``nce`` x ``maxiter``) and the model's cost, as the log's meta and the
+    checkpoint record it. The same on every process (they plan the same run) and for a resumed
+    run, whatever ran before in the process."""
+    if not isinstance(generator, NativeGenerator):
+        return None
+    planned = search_epochs * nce * generator.maxiter
+    share = x_all[: -(-nce // world)]  # the rows one process searches per epoch, at most
+    compiled = generator.settle_compile(model, share, planned, cf_batchsize)
+    return {"compile": generator.compile, "compiled": compiled, "planned_steps": planned}
 
 
 class _EpochSums:
@@ -347,6 +369,11 @@ def counterfactual_training(
         neighbours = NeighbourSampler(y_all, n_classes)
     scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
     profiler = EpochProfiler(profile_epoch, nepochs, device)
+    plan = None
+    if search:
+        plan = _settle_compile(
+            generator, model, x_all, nce, world, cf_batchsize, nepochs - burnin_epochs
+        )
 
     rng = torch.Generator(device=device)
     # One seed for all processes: they draw the same factuals and keep disjoint shares of them.
@@ -368,7 +395,14 @@ def counterfactual_training(
         log.meta["accumulate"] = accumulate
     start = 1
     if checkpoint_dir is not None:
-        start = _resume(checkpoint_dir, run, model, optimizer, scaler, rng, train_loader, log)
+        start, saved = _resume(
+            checkpoint_dir, run, model, optimizer, scaler, rng, train_loader, log
+        )
+        if saved is not None and plan is not None and plan["compile"] == saved["compile"] == "auto":
+            # Continue on the path the interrupted run took, even if the rule has changed since.
+            plan = saved
+    if plan is not None:
+        log.meta["search_compile"] = plan
     train_model = distributed.wrap_model(model, device)
     if not distributed.is_main():
         verbose = 0
@@ -394,6 +428,7 @@ def counterfactual_training(
                         cf_batchsize,
                         rng,
                         rows,
+                        compile=None if plan is None else plan["compiled"],
                     )
             model.train()
             sums = _train_epoch(
@@ -437,6 +472,7 @@ def counterfactual_training(
                     "scaler": None if scaler is None else scaler.state_dict(),
                     "rng": rng_states(rng, train_loader),
                     "log": [asdict(r) for r in log],
+                    "search_compile": plan,
                 },
                 checkpoint_dir,
             )

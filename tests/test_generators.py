@@ -497,69 +497,57 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     assert_same_search(fast, eager, atol=0)
 
 
-def test_auto_compiles_large_searches_with_cheap_models_only_once_they_have_taken_long(
-    monkeypatch,
-):
-    monkeypatch.setattr(compiled, "_eager_steps", {})  # an account of its own
-    cpu, after = torch.device("cpu"), compiled.AUTO_COMPILE_AFTER_STEPS["cpu"]
+def test_auto_compiles_large_cheap_searches_whose_planned_work_repays_the_compile(monkeypatch):
+    enough = compiled.AUTO_COMPILE_STEPS["cpu"]
     cheap, costly = (
         small_mlp(seed=7),
         nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(), nn.Linear(4096, N_CLASSES)),
     )
     big = torch.zeros(compiled.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
-    assert compiled.counts_toward_compile("auto", cheap, big, amp=None)
-    assert not compiled.use_fused("auto", cheap, big, amp=None)  # no eager time yet
-    compiled.record_eager_search(cheap, cpu, after // 2)
-    assert not compiled.use_fused("auto", cheap, big, amp=None)
-    compiled.record_eager_search(cheap, torch.device("cuda"), after)  # another device's
-    assert not compiled.use_fused("auto", cheap, big, amp=None)
-    compiled.record_eager_search(cheap, cpu, after - after // 2)
-    assert compiled.use_fused("auto", cheap, big, amp=None)
-    assert not compiled.use_fused("auto", cheap, big[:100], amp=None)  # too small to pay
-    assert not compiled.counts_toward_compile("auto", cheap, big[:100], amp=None)
-    compiled.record_eager_search(costly, cpu, 2 * after)
-    assert not compiled.use_fused("auto", costly, big, amp=None)  # the model dominates
-    assert not compiled.counts_toward_compile("auto", costly, big, amp=None)
+    assert compiled.auto_compiles(cheap, big, None, enough)
+    assert not compiled.auto_compiles(cheap, big, None, enough - 1)  # not repaid
+    assert not compiled.auto_compiles(cheap, big[:100], None, enough)  # chunks too small to pay
+    assert not compiled.auto_compiles(costly, big, None, 10 * enough)  # the model dominates
+    assert not compiled.auto_compiles(cheap, big, "bf16", enough)  # autocast stays eager
     assert compiled.use_fused(True, cheap, big[:2], amp=None)
     assert not compiled.use_fused(True, cheap, big[:1], amp=None)  # one row stays eager
-    assert not compiled.use_fused(True, cheap, big, amp="bf16")  # autocast stays eager
+    assert not compiled.use_fused(True, cheap, big, amp="bf16")
     assert not compiled.use_fused(False, cheap, big, amp=None)
-    assert not compiled.counts_toward_compile(False, cheap, big, amp=None)
     monkeypatch.setattr(compiled, "compiler_available", lambda: False)  # torch < 2.8
-    assert not compiled.counts_toward_compile("auto", cheap, big, amp=None)
-    assert not compiled.use_fused("auto", cheap, big, amp=None)
+    assert not compiled.auto_compiles(cheap, big, None, 10 * enough)
     with pytest.raises(ValueError, match="compile must be"):
         NativeGenerator(compile="always")
 
 
-def test_auto_searches_eagerly_until_its_eager_searches_have_carried_enough_steps(monkeypatch):
-    """The default: a qualifying model's searches are eager, each adding the rows it carried
-    over its iterations to its architecture's account, until the account reaches
-    AUTO_COMPILE_AFTER_STEPS; then they compile."""
+def test_auto_decides_a_search_from_its_own_size_and_a_run_from_its_plan(monkeypatch):
+    """A generate() call plans rows x maxiter counterfactual-steps, split into chunks as it
+    searches them; settle_compile settles "auto" for a whole run's plan. Neither depends on what was
+    searched before: the same call compiles, or not, every time."""
     calls = _count_compiles(monkeypatch)
     monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(compiled, "_eager_steps", {})
     model = small_mlp(seed=8)
     x, target = factuals(model)
-    account = compiled._account(model, x.device)
     gen = NativeGenerator(tau=0.6)  # compile="auto"
+    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", len(x) * gen.maxiter + 1)
     first = gen.generate(model, x, target)
+    for _ in range(3):  # however much it has searched before
+        assert_same_search(gen.generate(model, x, target), first, atol=0)
     assert not calls
-    spent = compiled._eager_steps[account]
-    # Converged rows are carried until the next compaction point: more than the steps the rows
-    # took, fewer than every row for every iteration.
-    assert int(first.iterations.sum()) < spent < len(x) * gen.maxiter
-    stuck = small_mlp(seed=8, scale=0.5)  # nothing converges: every row, every iteration
-    assert int(NativeGenerator(maxiter=7).generate(stuck, x, target).iterations.min()) == 7
-    assert compiled._eager_steps[account] == spent + 7 * len(x)
-    assert not calls  # still eager
-    monkeypatch.setitem(compiled.AUTO_COMPILE_AFTER_STEPS, "cpu", spent + 7 * len(x))
+    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", len(x) * gen.maxiter)
     again = gen.generate(model, x, target)
-    assert calls  # compiled now
+    assert calls  # big enough now: compiled from its first iteration
     assert_same_search(again, first)
-    calls.clear()  # another model of the architecture (the next seed, say) compiles at once
-    gen.generate(small_mlp(seed=9), x, target)
-    assert calls
+    assert gen.settle_compile(model, x, len(x) * gen.maxiter) is True
+    assert gen.settle_compile(model, x, len(x) * gen.maxiter - 1) is False
+    assert gen.settle_compile(model, x[:1], 10**9) is False  # one-row chunks never compile
+    assert gen.settle_compile(model, x, 10**9, cf_batchsize=1) is False
+    assert NativeGenerator(compile=False).settle_compile(model, x, 10**9) is False
+    assert NativeGenerator(compile=True).settle_compile(model, x[:1], 0) is True  # as set
+    calls.clear()  # a call's own setting: the generator's, unless it passes another
+    assert_same_search(gen.generate(model, x, target, compile=False), first, atol=0)
+    assert not calls
+    with pytest.raises(ValueError, match="compile must be"):
+        gen.generate(model, x, target, compile="sometimes")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

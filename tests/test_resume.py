@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import make_data_dir
 
 from cfbook.book.profiles import get_profile
 from cfbook.book.stages import log_path, stage_checkpoint_dir
 from cfbook.checkpoint import CHECKPOINT_NAME, load_checkpoint, prepare_checkpoint_dir
 from cfbook.log import load_log
+from cfbook.search import NativeGenerator, compiled
 
 NEPOCHS = 12
 # The smoke stage with more epochs. argv: data folder, seconds to pause after each epoch (the
@@ -89,3 +91,72 @@ def test_a_checkpoint_without_its_configuration_is_discarded(tmp_path: Path) -> 
     (tmp_path / CHECKPOINT_NAME).write_bytes(b"state of unknown origin")
     prepare_checkpoint_dir(tmp_path, {"nepochs": 4})
     assert not (tmp_path / CHECKPOINT_NAME).exists()
+
+
+# --- exact repeats with the compiled search (compile="auto") ---------------------------------
+
+COMPILED_RUN = Path(__file__).with_name("compiled_run.py")
+
+
+def _same_runs(a: tuple, b: tuple) -> None:
+    """Identical records (all but the epoch times) and identical weights."""
+    (model_a, log_a), (model_b, log_b) = a, b
+    strip = [{**dataclasses.asdict(r), "time_taken": None} for r in log_a]
+    assert strip == [{**dataclasses.asdict(r), "time_taken": None} for r in log_b]
+    assert log_a.meta["search_compile"] == log_b.meta["search_compile"]
+    for name, value in model_a.state_dict().items():
+        assert torch.equal(value, model_b.state_dict()[name]), name
+
+
+def _run_compiled(checkpoint_dir: Path, out: Path, kill_at: int | None = None) -> int:
+    args = [sys.executable, str(COMPILED_RUN), str(checkpoint_dir), str(out)]
+    done = subprocess.run(
+        [*args, *([str(kill_at)] if kill_at else [])], capture_output=True, text=True
+    )
+    assert done.returncode in (0, -9), done.stdout + done.stderr
+    return done.returncode
+
+
+def _saved_run(out: Path) -> tuple:
+    import compiled_run
+
+    model = compiled_run.mlp(compiled_run.N_FEATURES, (16,), compiled_run.N_CLASSES)
+    model.load_state_dict(torch.load(out / "weights.pt", weights_only=True))
+    return model, load_log(out / "log.json")
+
+
+@pytest.mark.slow
+def test_a_killed_compiled_run_resumes_to_the_same_log_and_weights(tmp_path: Path) -> None:
+    """compile="auto" decides once, from the run's plan: the resumed process takes the path the
+    killed one took, from its first search on, and ends where an uninterrupted run ends."""
+    assert _run_compiled(tmp_path / "ck-whole", tmp_path / "whole") == 0
+    killed_at = 5  # past the point where an account of eager steps would have switched
+    assert _run_compiled(tmp_path / "ck-cut", tmp_path / "cut", killed_at) == -9
+    assert load_checkpoint(tmp_path / "ck-cut")["epoch"] == killed_at
+    assert not (tmp_path / "cut").exists()
+    assert _run_compiled(tmp_path / "ck-cut", tmp_path / "cut") == 0
+    whole, resumed = _saved_run(tmp_path / "whole"), _saved_run(tmp_path / "cut")
+    _same_runs(whole, resumed)
+    assert whole[1].meta["search_compile"]["compiled"] is True
+
+
+def test_a_run_repeats_whatever_searched_before_it_in_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Searches before a run (another experiment's, a notebook's) do not change its path."""
+    import compiled_run
+
+    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", compiled_run.AUTO_MIN_ELEMENTS)
+    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", compiled_run.AUTO_COMPILE_STEPS)
+    first = compiled_run.train()
+    model = compiled_run.mlp(compiled_run.N_FEATURES, (16,), compiled_run.N_CLASSES)
+    x = torch.rand(4 * compiled_run.NCE, compiled_run.N_FEATURES)
+    target = torch.zeros(len(x), dtype=torch.long)
+    for compile in (False, "auto", False):  # more eager counterfactual-steps than the run plans
+        NativeGenerator(compile=compile, maxiter=compiled_run.MAXITER).generate(model, x, target)
+    _same_runs(first, compiled_run.train())
+    assert first[1].meta["search_compile"] == {
+        "compile": "auto",
+        "compiled": True,
+        "planned_steps": compiled_run.PLANNED,
+    }

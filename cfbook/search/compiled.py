@@ -9,13 +9,13 @@ tenth of a small model's pass; ``compile_search`` checks once per search what gu
 every call (the model's modules and tensors, the constraint layout, the thread count).
 
 It pays where the bookkeeping outweighs the model (small models, large batches) and when the
-compile, a few seconds per model architecture and process (about 12 s the first time on a
+compile, a few seconds per model architecture and process (about 16 s the first time on a
 machine, before the inductor cache is warm), is spread over many searches, as in a long training
-run that searches every epoch. So ``compile="auto"`` searches a qualifying model eagerly until
-the searches of its architecture have carried ``AUTO_COMPILE_AFTER_STEPS`` counterfactual-steps
-in the process (about 10 s on a 2-core CPU), then compiles: a long run pays the compile once and
-at most about doubles what it spent before, and a short one, which would never earn it back,
-never pays it.
+run that searches every epoch. So ``compile="auto"`` decides once, from the work planned: a
+training run from its counterfactual-steps (search epochs x ``nce`` x ``maxiter``), a lone
+``generate()`` call from its own (rows x ``maxiter``), and compiles if they reach
+``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the process, so a run
+repeats its results whether it is resumed, run alone or after other searches.
 
 Shapes stay stable: the row count is a symbol of the graph, so compaction and chunks of any size
 reuse it, and a working set never shrinks below two rows (the graph assumes at least two).
@@ -42,16 +42,16 @@ AUTO_MIN_ELEMENTS = 2**18
 # ... and when the model's forward pass costs at most this many FLOPs per input feature and row
 # (an MLP 784-32-10: 65; ResNet-18 on MNIST: about 700,000, whose passes dwarf the bookkeeping).
 AUTO_MAX_FLOPS_PER_FEATURE = 512
-# ... once the eager searches of the model's architecture that qualify have carried this many
-# counterfactual-steps (rows x iterations) in the process, per device type: on a 2-core CPU about
-# 10 s of eager searching with the paper's MLP (some 5 µs a step); on a GPU, where an eager step is
-# launch-bound and far cheaper, a guess not yet measured. Steps, not seconds: a run switches at the
-# same search every time, so its results do not depend on the machine's load.
-AUTO_COMPILE_AFTER_STEPS = {"cpu": 2_000_000, "cuda": 50_000_000}
+# ... and when the planned counterfactual-steps (rows x iterations, summed over a run's searches)
+# reach this many, per device type. On a 2-core CPU, training the paper's MLP, a warm compile
+# (1.7 s) was repaid after 1.4 million planned steps and a cold one (the first on a machine,
+# 9.9 s) after 10 million (benchmark 9, 2026-12-01). On a GPU, where an eager step is
+# launch-bound and far cheaper, a guess not yet measured. Steps, not seconds: the decision does
+# not depend on the machine's load.
+AUTO_COMPILE_STEPS = {"cpu": 2_000_000, "cuda": 50_000_000}
 
 _flops_per_row: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 _failed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-_eager_steps: dict[tuple, int] = {}  # per architecture and device type (see _account)
 
 
 def check_compile(compile: object) -> Compile:
@@ -97,41 +97,21 @@ def _qualifies(model: nn.Module, x0: Tensor) -> bool:
     )
 
 
-def use_fused(compile: Compile, model: nn.Module, x0: Tensor, amp: str | None) -> bool:
-    """Whether a chunk's search runs the compiled step, for NativeGenerator's ``compile``."""
-    if compile is False or not _supported(model, x0, amp):
-        return False
-    if compile is True:
-        return True
+def auto_compiles(model: nn.Module, x0: Tensor, amp: str | None, planned_steps: int) -> bool:
+    """What ``compile="auto"`` decides for searches with chunks like ``x0`` that together plan
+    ``planned_steps`` counterfactual-steps: compile if the compiled step is faster for them and
+    the work is enough to repay the compile."""
     return (
-        _qualifies(model, x0)
-        and _eager_steps.get(_account(model, x0.device), 0)
-        >= AUTO_COMPILE_AFTER_STEPS[x0.device.type]
+        _supported(model, x0, amp)
+        and _qualifies(model, x0)
+        and planned_steps >= AUTO_COMPILE_STEPS.get(x0.device.type, float("inf"))
     )
 
 
-def counts_toward_compile(compile: Compile, model: nn.Module, x0: Tensor, amp: str | None) -> bool:
-    """Whether an eager search's steps count toward ``compile="auto"`` compiling this model."""
-    return compile == "auto" and _supported(model, x0, amp) and _qualifies(model, x0)
-
-
-def record_eager_search(model: nn.Module, device: torch.device, steps: int) -> None:
-    """Add an eager search's counterfactual-steps (the rows it carried, summed over its
-    iterations) to its architecture's account (see ``counts_toward_compile``)."""
-    key = _account(model, device)
-    _eager_steps[key] = _eager_steps.get(key, 0) + steps
-
-
-def _account(model: nn.Module, device: torch.device) -> tuple:
-    """What the account is kept for: the module types and parameter shapes, and the device type.
-    A new model of an architecture already searched long enough (the next seed of an experiment,
-    say) compiles at once, and finds its graph in inductor's cache if the earlier model's graph is
-    the same."""
-    return (
-        tuple(type(m).__qualname__ for m in model.modules()),
-        tuple(p.shape for p in model.parameters()),
-        device.type,
-    )
+def use_fused(compile: bool, model: nn.Module, x0: Tensor, amp: str | None) -> bool:
+    """Whether a chunk's search runs the compiled step, once ``compile`` is settled (True or
+    False; see ``auto_compiles``): True where the model and the chunk allow it."""
+    return compile and _supported(model, x0, amp)
 
 
 Step = Callable[[WorkingSet, Tensor, Tensor], None]

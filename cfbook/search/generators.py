@@ -18,10 +18,9 @@ from torch import Tensor, nn
 from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
 from cfbook.search.compiled import (
     Compile,
+    auto_compiles,
     check_compile,
     compile_search,
-    counts_toward_compile,
-    record_eager_search,
     use_fused,
 )
 from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
@@ -157,10 +156,10 @@ class NativeGenerator(SearchParameters):
     ``compile`` picks how each iteration runs (the results agree to float rounding):
 
     - ``"auto"`` (default): the compiled step (``cfbook.search.compiled``) where it pays, i.e. for
-      large searches with a cheap model such as the paper's MLP, once the eager searches of
-      that model's architecture have carried ``AUTO_COMPILE_AFTER_STEPS`` counterfactual-steps
-      in the process (on a 2-core CPU about 10 s of searching), so that only long runs pay for
-      the compile; the eager step otherwise.
+      large searches with a cheap model such as the paper's MLP whose planned work reaches
+      ``AUTO_COMPILE_STEPS`` counterfactual-steps: a ``generate()`` call counts its own rows
+      x ``maxiter``, ``counterfactual_training`` its whole run's (see ``settle_compile``), so
+      that only long runs pay for the compile; the eager step otherwise.
     - ``True``: the compiled step whenever the model and inputs allow it (float32 without
       ``amp``, on a CPU or a CUDA GPU, at least two rows).
     - ``False``: always the eager step: plain autograd, the path to debug with.
@@ -193,17 +192,42 @@ class NativeGenerator(SearchParameters):
         domain: Domain = None,
         mutability: Mutability = None,
         cf_batchsize: int | None = None,
+        compile: Compile | None = None,
     ) -> CounterfactualResult:
-        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,)."""
+        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,). ``compile``
+        overrides the generator's setting for this call (``counterfactual_training`` passes the
+        decision it took for the whole run)."""
         x, target, constraints = _prepare(model, x, target, domain, mutability)
         check_amp(self.amp, x.device)
+        setting = self.compile if compile is None else check_compile(compile)
         chunk = cf_batchsize or self.cf_batchsize or max(x.shape[0], 1)
         with eval_mode(model):
+            compiled = self._compiles(setting, model, x[:chunk], x.shape[0] * self.maxiter)
             parts = [
-                self._search(model, x[s : s + chunk], target[s : s + chunk], constraints)
+                self._search(model, x[s : s + chunk], target[s : s + chunk], constraints, compiled)
                 for s in range(0, max(x.shape[0], 1), chunk)
             ]
         return CounterfactualResult.cat(parts)
+
+    def settle_compile(
+        self, model: nn.Module, x: Tensor, planned_steps: int, cf_batchsize: int | None = None
+    ) -> bool:
+        """``compile`` settled once (True or False) for a run of searches with rows like ``x``
+        (split by ``cf_batchsize`` as ``generate`` splits them) that plan ``planned_steps``
+        counterfactual-steps in all: ``counterfactual_training`` calls it before its first
+        epoch and passes the answer to every search, so that they all take the same path,
+        whatever ran before in the process and wherever the run was resumed."""
+        chunk = x[: cf_batchsize or self.cf_batchsize or max(x.shape[0], 1)]
+        with eval_mode(model):
+            return self._compiles(self.compile, model, chunk, planned_steps)
+
+    def _compiles(
+        self, setting: Compile, model: nn.Module, chunk: Tensor, planned_steps: int
+    ) -> bool:
+        """``setting`` settled for searches with chunks like ``chunk`` (True or False)."""
+        if setting == "auto":
+            return auto_compiles(model, chunk, self.amp, planned_steps)
+        return setting
 
     def _step_settings(self) -> StepSettings:
         scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
@@ -212,17 +236,15 @@ class NativeGenerator(SearchParameters):
         )
 
     def _search(
-        self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
+        self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints, compiled: bool
     ) -> CounterfactualResult:
         step = None
-        if use_fused(self.compile, model, x0, self.amp):
+        if use_fused(compiled, model, x0, self.amp):
             x0, target = x0.contiguous(), target.contiguous()  # as the graph assumes
             bounds = None if c.lower is None else (c.lower, c.upper)
             step_bounds = c.step_bounds(x0.dtype)
             step = compile_search(model, x0, bounds, step_bounds, self.lambda_cost != 0)
         fused = step is not None
-        counting = not fused and counts_toward_compile(self.compile, model, x0, self.amp)
-        carried = 0  # rows carried, summed over the iterations: the account "auto" keeps
         # The working set holds the rows still searched (all of them until the first compaction).
         ws = WorkingSet.start(x0, target, fused=fused)
         x, nascent, within = ws.x, ws.nascent, ws.within
@@ -259,14 +281,11 @@ class NativeGenerator(SearchParameters):
                     step(ws, phis[t], scalars)
             else:
                 eager_step(model, ws, self.energy_weight(t), c, settings)
-            carried += len(ws)
         if len(ws):
             with torch.no_grad(), autocast(self.amp, x0.device):
                 probs = model(ws.x).float().softmax(1)
             ws.active = ws.active & not_converged(probs, ws.target, self.tau)
         write_back()
-        if counting:
-            record_eager_search(model, x0.device, carried)
         nascent = nascent_points(x, nascent, within)
         if not fused:
             # Rows that never stepped keep x0 exactly: the eager zero step still went through the

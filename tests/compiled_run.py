@@ -1,0 +1,70 @@
+"""A small CT run whose searches compile="auto" compiles, for the tests of exact repeats.
+
+``python tests/compiled_run.py CHECKPOINT_DIR OUT [KILL_AT]`` trains it (resuming from the
+checkpoint if there is one), kills itself with SIGKILL right after epoch KILL_AT was saved, as a
+machine stopping would, and otherwise saves its log and weights in OUT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+from cfbook import FullObjective, NativeGenerator, TrainingLog, counterfactual_training, save_log
+from cfbook.data import DeviceLoader
+from cfbook.models import mlp
+from cfbook.search import compiled
+
+N, N_FEATURES, N_CLASSES = 256, 12, 3
+NEPOCHS, BURNIN, NCE, MAXITER = 9, 1, 64, 10
+# The counterfactual-steps the run plans: its search epochs x nce x maxiter.
+PLANNED = (NEPOCHS - BURNIN) * NCE * MAXITER
+# compile="auto" settings that compile this small run: any chunk size qualifies, and the planned
+# steps reach the threshold three times over. (Were the decision taken from the eager steps
+# already searched in the process, the run would switch a third of the way in.)
+AUTO_MIN_ELEMENTS, AUTO_COMPILE_STEPS = 0, PLANNED // 3
+
+
+def train(
+    checkpoint_dir: Path | None = None, kill_at: int | None = None
+) -> tuple[torch.nn.Module, TrainingLog]:
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(N) % N_CLASSES
+    centres = torch.randn(N_CLASSES, N_FEATURES, generator=g)
+    x = (centres[y] + 0.5 * torch.randn(N, N_FEATURES, generator=g)).clamp(-3, 3)
+    torch.manual_seed(1)
+    model = mlp(N_FEATURES, hidden=(16,), num_classes=N_CLASSES)
+
+    def stop(record) -> None:
+        if record.epoch == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return counterfactual_training(
+        FullObjective(),
+        model,
+        NativeGenerator(maxiter=MAXITER, tau=0.5, step_size=0.5),  # most searches succeed
+        DeviceLoader(x, y, 32, seed=0),
+        torch.optim.Adam(model.parameters(), lr=1e-2),
+        device="cpu",
+        nepochs=NEPOCHS,
+        domain=(-3.0, 3.0),
+        burnin=BURNIN / NEPOCHS,
+        nce=NCE,
+        verbose=0,
+        checkpoint_dir=checkpoint_dir,
+        callback=stop,
+    )
+
+
+if __name__ == "__main__":
+    compiled.AUTO_MIN_ELEMENTS = AUTO_MIN_ELEMENTS
+    compiled.AUTO_COMPILE_STEPS["cpu"] = AUTO_COMPILE_STEPS
+    checkpoint_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    model, log = train(checkpoint_dir, int(sys.argv[3]) if len(sys.argv) > 3 else None)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), out / "weights.pt")
+    save_log(log, out / "log.json")
