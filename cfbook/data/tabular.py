@@ -1,0 +1,234 @@
+"""Tabular data sets as on-device tensors, preprocessed as the CT paper's experiments do.
+
+Every loader returns a :class:`TabularData`: a seeded train/test split (80/20, as in CT.jl),
+numeric features standardised with the training part's mean and standard deviation, categorical
+features one-hot encoded in place (their columns where the feature stood), the domain inferred per
+column from the training part as CT.jl's ``infer_domain_constraints`` does, and mutability by
+feature name, a protected categorical covering all of its columns.
+
+The real-world files are those the paper's Julia packages serve (``data/tabular/``, verified by
+MD5 before use); ``synthetic`` makes the paper's four two-dimensional sets.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cfbook.data.loader import DeviceLoader
+from cfbook.data.paths import display_path, find_data_dir
+
+TRAIN_SHARE = 0.8
+SPLIT_SEED = 2025  # CT.jl's global seed for the train/test split
+
+# MD5 of the uncompressed content (data/README.md lists the sources and licences).
+MD5 = {
+    "adult.data.gz": "5d7c39d7b8804f071cdd1f2a7c460872",
+    "california_housing_balanced.csv.gz": "98fa6bee562d147159e779fe8ea4c850",
+    "credit_default_balanced.csv.gz": "7a6ad52a89d7db6f69fff2a41ddadaea",
+    "gmsc_balanced.csv.gz": "7f5c4d6a796ab440a1ffb940a99c97ea",
+}
+
+ADULT_COLUMNS = (
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education_num",
+    "marital_status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital_gain",
+    "capital_loss",
+    "hours_per_week",
+    "country",
+)
+ADULT_CATEGORICAL = (
+    "workclass",
+    "education",
+    "marital_status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "country",
+)
+
+
+@dataclass
+class TabularData:
+    """A tabular data set on one device: ``x`` (n, d) float32 and ``y`` int64 labels for
+    training, ``x_test`` / ``y_test`` held out. ``features`` maps each original feature to its
+    columns (one for a numeric feature, one per level for a categorical one); ``columns`` names
+    every column; ``domain`` bounds each column."""
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    columns: list[str]
+    features: dict[str, list[int]]
+    domain: list[tuple[float, float]]
+    source: str
+
+    def mutability(self, immutable: Sequence[str] = ()) -> list[str]:
+        """Per-column mutability for the search: ``"none"`` for every column of the features
+        named in ``immutable`` (a categorical's whole one-hot group), ``"both"`` elsewhere."""
+        unknown = [f for f in immutable if f not in self.features]
+        if unknown:
+            raise ValueError(
+                f"{self.name} has no feature {', '.join(map(repr, unknown))}; its features are "
+                f"{', '.join(self.features)}"
+            )
+        protected = {c for f in immutable for c in self.features[f]}
+        return ["none" if c in protected else "both" for c in range(len(self.columns))]
+
+    def loader(self, batch_size: int = 1000, shuffle: bool = True, seed: int = 0) -> DeviceLoader:
+        """Training batches, shuffled on the device."""
+        return DeviceLoader(self.x, self.y, batch_size, shuffle=shuffle, seed=seed)
+
+
+def read_verified(name: str, data_dir: str | Path | None = None) -> str:
+    """The text of ``data/tabular/<name>`` after checking its MD5; a clear error if the file is
+    missing or not the expected one."""
+    root = Path(data_dir) if data_dir is not None else find_data_dir()
+    path = root / "tabular" / name
+    expected = MD5[name]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{display_path(path, root)} is missing (expected MD5 {expected} of its content): "
+            "restore it with `git checkout -- data/tabular` or copy it from the CT paper's data "
+            "(see data/README.md)"
+        )
+    try:
+        raw = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError) as err:
+        raise ValueError(f"{display_path(path, root)} is not a readable gzip file ({err})") from err
+    got = hashlib.md5(raw).hexdigest()
+    if got != expected:
+        raise ValueError(
+            f"{display_path(path, root)} has MD5 {got}, expected {expected}: the file is "
+            "corrupt or another version; restore it with `git checkout -- data/tabular`"
+        )
+    return raw.decode("utf-8")
+
+
+def infer_domain(x: np.ndarray) -> list[tuple[float, float]]:
+    """Per column [min(mu - 2 sd, min), max(mu + 2 sd, max)], as CT.jl infers domains."""
+    mu, sd = x.mean(0), x.std(0, ddof=1)
+    low, high = np.minimum(mu - 2 * sd, x.min(0)), np.maximum(mu + 2 * sd, x.max(0))
+    return [(float(a), float(b)) for a, b in zip(low, high, strict=True)]
+
+
+def split_rows(n: int, seed: int = SPLIT_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded shuffle of ``n`` rows cut into the training and the test rows (80/20)."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
+    cut = round(TRAIN_SHARE * n)
+    return order[:cut], order[cut:]
+
+
+def build(
+    name: str,
+    table: dict[str, list[str]],
+    labels: np.ndarray,
+    categorical: Sequence[str] = (),
+    *,
+    source: str,
+    device: torch.device | str = "cpu",
+    seed: int = SPLIT_SEED,
+    standardise: bool = True,
+) -> TabularData:
+    """Split, standardise the numeric features on the training rows (unless ``standardise`` is
+    False), one-hot encode the categorical ones in place, infer the domain, and move it all to
+    ``device``."""
+    train, test = split_rows(len(labels), seed)
+    blocks, columns, features = [], [], {}
+    for feature, values in table.items():
+        start = len(columns)
+        if feature in categorical:
+            levels = sorted(set(values))
+            codes = np.array([levels.index(v) for v in values])
+            blocks.append(np.eye(len(levels), dtype=np.float64)[codes])
+            columns += [f"{feature}={level}" for level in levels]
+        else:
+            col = np.asarray(values, dtype=np.float64)
+            if standardise:
+                mu, sd = col[train].mean(), col[train].std(ddof=1)
+                col = (col - mu) / (sd if sd > 0 else 1.0)
+            blocks.append(col[:, None])
+            columns.append(feature)
+        features[feature] = list(range(start, len(columns)))
+    x = np.concatenate(blocks, axis=1).astype(np.float32)
+    as_tensor = lambda a, dtype: torch.as_tensor(a, dtype=dtype).to(device)  # noqa: E731
+    return TabularData(
+        name=name,
+        x=as_tensor(x[train], torch.float32),
+        y=as_tensor(labels[train], torch.long),
+        x_test=as_tensor(x[test], torch.float32),
+        y_test=as_tensor(labels[test], torch.long),
+        columns=columns,
+        features=features,
+        domain=infer_domain(x[train]),
+        source=source,
+    )
+
+
+def _csv_table(text: str, target: str) -> tuple[dict[str, list[str]], np.ndarray]:
+    rows = list(csv.DictReader(io.StringIO(text)))
+    names = [c for c in rows[0] if c != target]
+    labels = np.array([round(float(r[target])) for r in rows])
+    return {c: [r[c] for r in rows] for c in names}, labels
+
+
+def load_california_housing(
+    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+) -> TabularData:
+    """California housing (Pace and Barry, 1997): 8 numeric features; 1 = median house value
+    at or above the median; 20,630 rows, balanced."""
+    table, y = _csv_table(read_verified("california_housing_balanced.csv.gz", data_dir), "target")
+    return build("california_housing", table, y, source="CT.jl's balanced CSV", device=device)
+
+
+def load_credit_default(
+    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+) -> TabularData:
+    """Default of credit card clients (Yeh, 2009): 23 features, SEX, EDUCATION and MARRIAGE
+    categorical (AGE is then column 15, as in the paper); 1 = no default; 13,272 rows."""
+    table, y = _csv_table(read_verified("credit_default_balanced.csv.gz", data_dir), "target")
+    cats = ("SEX", "EDUCATION", "MARRIAGE")
+    return build("credit_default", table, y, cats, source="CT.jl's balanced CSV", device=device)
+
+
+def load_gmsc(
+    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+) -> TabularData:
+    """Give Me Some Credit (Kaggle, 2011): 10 numeric features; 1 = no serious delinquency;
+    16,714 rows, balanced, rows with missing values dropped."""
+    table, y = _csv_table(read_verified("gmsc_balanced.csv.gz", data_dir), "target")
+    return build("gmsc", table, y, source="CT.jl's balanced CSV", device=device)
+
+
+def load_adult(
+    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+) -> TabularData:
+    """UCI Adult (Becker and Kohavi, 1996), its training file (32,561 rows) as the paper uses
+    it: 6 numeric and 8 categorical features ("?" is a level of its own); 1 = income > 50K.
+
+    TaijaData serves a processed copy of this file; we read UCI's own, so its columns may differ
+    from the paper's in details we could not check (such as ``fnlwgt``)."""
+    text = read_verified("adult.data.gz", data_dir)
+    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
+    table = {c: [r[i] for r in rows] for i, c in enumerate(ADULT_COLUMNS)}
+    y = np.array([int(r[-1] == ">50K") for r in rows])
+    return build("adult", table, y, ADULT_CATEGORICAL, source="UCI adult.data", device=device)
