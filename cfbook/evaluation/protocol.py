@@ -162,13 +162,27 @@ def _pooled(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
+# The paper's PGD (CT.jl's ``pgd``): 40 sign steps of 0.01 from a uniform random start in the
+# eps ball, each projected on the ball; its eps grid is range(0, 0.1, length=10).
+PAPER_PGD = {"pgd_steps": 40, "step_size": 0.01, "random_start": True}
+PAPER_EPSILONS = tuple(k / 90 for k in range(10))
+
+
 def _perturb(
-    model: nn.Module, x: Tensor, y: Tensor, c: Constraints, eps: float, steps: int
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    c: Constraints,
+    eps: float,
+    steps: int,
+    step_size: float | None = None,
+    start: Tensor | None = None,
 ) -> Tensor:
-    """FGSM (``steps`` = 1, one full-size step) or PGD (sign steps of 2.5 eps / steps, projected
-    on the eps ball and the domain); deterministic, starting at ``x`` itself."""
-    alpha = eps if steps == 1 else 2.5 * eps / steps
-    adv = x
+    """FGSM (``steps`` = 1, one full-size step) or PGD: sign steps of ``step_size`` (default
+    2.5 eps / steps), each projected on the eps ball and the domain, from ``x`` itself or, with
+    ``start`` (uniform draws in [0, 1), one per number), from a random point of the ball."""
+    alpha = eps if steps == 1 else (step_size or 2.5 * eps / steps)
+    adv = x if start is None else c.clamp(x + (2 * start - 1) * eps)
     for _ in range(steps):
         adv = adv.detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(nn.functional.cross_entropy(model(adv), y), adv)
@@ -186,17 +200,30 @@ def attack_accuracy(
     pgd_steps: int,
     domain: Domain,
     batch_size: int = 512,
+    step_size: float | None = None,
+    random_start: bool = False,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Accuracy on clean inputs and under L-inf FGSM and PGD at each epsilon, in eval mode."""
+    """Accuracy on clean inputs and under L-inf FGSM and PGD at each epsilon, in eval mode.
+    PGD takes ``pgd_steps`` sign steps of ``step_size`` (default 2.5 eps / steps), from the
+    inputs or, with ``random_start``, from seeded uniform points of the eps ball;
+    ``**PAPER_PGD`` gives the paper's attack."""
     c = make_constraints(domain, None, x.shape[1], device=x.device, dtype=x.dtype)
     out: dict[str, Any] = {"clean": accuracy(model, x, y), "fgsm": {}, "pgd": {}}
+    rng = torch.Generator(device=x.device).manual_seed(seed)
     with eval_mode(model):
         for eps in epsilons:
             for name, steps in (("fgsm", 1), ("pgd", pgd_steps)):
                 correct = torch.zeros((), device=x.device)
                 for s in range(0, x.shape[0], batch_size):
                     xb, yb = x[s : s + batch_size], y[s : s + batch_size]
-                    adv = _perturb(model, xb, yb, c, eps, steps)
+                    pgd = name == "pgd"
+                    start = (
+                        torch.rand(xb.shape, generator=rng, device=x.device, dtype=x.dtype)
+                        if pgd and random_start
+                        else None
+                    )
+                    adv = _perturb(model, xb, yb, c, eps, steps, step_size if pgd else None, start)
                     with torch.no_grad():
                         correct += (model(adv).argmax(1) == yb).sum()
                 out[name][f"{eps:g}"] = float(correct) / x.shape[0]
