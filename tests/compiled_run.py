@@ -30,8 +30,10 @@ AUTO_MIN_ELEMENTS, AUTO_COMPILE_STEPS = 0, PLANNED // 3
 
 
 def train(
-    checkpoint_dir: Path | None = None, kill_at: int | None = None
+    checkpoint_dir: Path | None = None, kill_at: int | None = None, raise_at: int | None = None
 ) -> tuple[torch.nn.Module, TrainingLog]:
+    """The run, killed (SIGKILL) or interrupted (RuntimeError) right after epoch ``kill_at`` or
+    ``raise_at`` was saved."""
     g = torch.Generator().manual_seed(0)
     y = torch.arange(N) % N_CLASSES
     centres = torch.randn(N_CLASSES, N_FEATURES, generator=g)
@@ -42,6 +44,8 @@ def train(
     def stop(record) -> None:
         if record.epoch == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
+        if record.epoch == raise_at:
+            raise RuntimeError(f"interrupted after epoch {raise_at}")
 
     return counterfactual_training(
         FullObjective(),

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import compiled_run
 import pytest
 import torch
 from conftest import make_data_dir
@@ -118,8 +119,6 @@ def _run_compiled(checkpoint_dir: Path, out: Path, kill_at: int | None = None) -
 
 
 def _saved_run(out: Path) -> tuple:
-    import compiled_run
-
     model = compiled_run.mlp(compiled_run.N_FEATURES, (16,), compiled_run.N_CLASSES)
     model.load_state_dict(torch.load(out / "weights.pt", weights_only=True))
     return model, load_log(out / "log.json")
@@ -144,8 +143,6 @@ def test_a_run_repeats_whatever_searched_before_it_in_the_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Searches before a run (another experiment's, a notebook's) do not change its path."""
-    import compiled_run
-
     monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", compiled_run.AUTO_MIN_ELEMENTS)
     monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", compiled_run.AUTO_COMPILE_STEPS)
     first = compiled_run.train()
@@ -160,3 +157,22 @@ def test_a_run_repeats_whatever_searched_before_it_in_the_process(
         "compiled": True,
         "planned_steps": compiled_run.PLANNED,
     }
+
+
+def test_a_resumed_run_keeps_the_decision_of_the_run_it_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the rule change between the interruption and the resume (a new cfbook, another
+    threshold), the resumed epochs still take the interrupted run's path."""
+    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", compiled_run.AUTO_MIN_ELEMENTS)
+    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", compiled_run.AUTO_COMPILE_STEPS)
+    with pytest.raises(RuntimeError, match="interrupted after epoch 3"):
+        compiled_run.train(tmp_path, raise_at=3)
+    assert load_checkpoint(tmp_path)["search_compile"]["compiled"] is True
+    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", 10 * compiled_run.PLANNED)
+    before = compiled.graphs_compiled()
+    _, log = compiled_run.train(tmp_path)
+    assert log.meta["search_compile"]["compiled"] is True
+    assert compiled.graphs_compiled() > before  # the resumed searches really compiled
+    _, fresh = compiled_run.train()  # a new run follows the new rule
+    assert fresh.meta["search_compile"]["compiled"] is False

@@ -158,7 +158,8 @@ def build(
         start = len(columns)
         if feature in categorical:
             levels = sorted(set(values))
-            codes = np.array([levels.index(v) for v in values])
+            code = {level: i for i, level in enumerate(levels)}
+            codes = np.array([code[v] for v in values])
             blocks.append(np.eye(len(levels), dtype=np.float64)[codes])
             columns += [f"{feature}={level}" for level in levels]
         else:
@@ -169,17 +170,18 @@ def build(
             blocks.append(col[:, None])
             columns.append(feature)
         features[feature] = list(range(start, len(columns)))
-    x = np.concatenate(blocks, axis=1).astype(np.float32)
-    as_tensor = lambda a, dtype: torch.as_tensor(a, dtype=dtype).to(device)  # noqa: E731
+    x = torch.as_tensor(np.concatenate(blocks, axis=1), dtype=torch.float32)
+    y = torch.as_tensor(labels, dtype=torch.long)
+    train_rows, test_rows = torch.as_tensor(train), torch.as_tensor(test)
     return TabularData(
         name=name,
-        x=as_tensor(x[train], torch.float32),
-        y=as_tensor(labels[train], torch.long),
-        x_test=as_tensor(x[test], torch.float32),
-        y_test=as_tensor(labels[test], torch.long),
+        x=x[train_rows].to(device),
+        y=y[train_rows].to(device),
+        x_test=x[test_rows].to(device),
+        y_test=y[test_rows].to(device),
         columns=columns,
         features=features,
-        domain=infer_domain(x[train]),
+        domain=infer_domain(x[train_rows].double().numpy()),
         source=source,
     )
 

@@ -181,7 +181,7 @@ def _perturb(
     """FGSM (``steps`` = 1, one full-size step) or PGD: sign steps of ``step_size`` (default
     2.5 eps / steps), each projected on the eps ball and the domain, from ``x`` itself or, with
     ``start`` (uniform draws in [0, 1), one per number), from a random point of the ball."""
-    alpha = eps if steps == 1 else (step_size or 2.5 * eps / steps)
+    alpha = eps if steps == 1 else 2.5 * eps / steps if step_size is None else step_size
     adv = x if start is None else c.clamp(x + (2 * start - 1) * eps)
     for _ in range(steps):
         adv = adv.detach().requires_grad_(True)

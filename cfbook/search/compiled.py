@@ -9,13 +9,13 @@ tenth of a small model's pass; ``compile_search`` checks once per search what gu
 every call (the model's modules and tensors, the constraint layout, the thread count).
 
 It pays where the bookkeeping outweighs the model (small models, large batches) and when the
-compile, a few seconds per model architecture and process (about 16 s the first time on a
-machine, before the inductor cache is warm), is spread over many searches, as in a long training
-run that searches every epoch. So ``compile="auto"`` decides once, from the work planned: a
-training run from its counterfactual-steps (search epochs x ``nce`` x ``maxiter``), a lone
-``generate()`` call from its own (rows x ``maxiter``), and compiles if they reach
-``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the process, so a run
-repeats its results whether it is resumed, run alone or after other searches.
+compile, a few seconds per model architecture and process (about 10 s the first time on a
+machine, before the inductor cache is warm; benchmark 9), is spread over many searches, as in
+a long training run that searches every epoch. So ``compile="auto"`` decides once, from the
+work planned: a training run from its counterfactual-steps (search epochs x ``nce`` x
+``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles if they
+reach ``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the process, so
+a run repeats its results whether it is resumed, run alone or after other searches.
 
 Shapes stay stable: the row count is a symbol of the graph, so compaction and chunks of any size
 reuse it, and a working set never shrinks below two rows (the graph assumes at least two).
