@@ -13,6 +13,7 @@ from benchmarks import (
     efficiency,
     evaluation,
     fused,
+    grid,
     memory,
     overhead,
     precision,
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "evaluation": (evaluation.TITLE, evaluation.run),
     "scaling": (scaling.TITLE, scaling.run),
     "fused": (fused.TITLE, fused.run),
+    "grid": (grid.TITLE, grid.run),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cfbook.evaluation.bootstrap import bootstrap_ci, draw_round
+from cfbook.evaluation.bootstrap import compare_rounds, draw_round
 
 
 def test_a_round_searches_what_each_model_predicts_as_the_factual_class():
@@ -37,22 +37,22 @@ def test_a_class_no_model_predicts_is_never_the_factual_class():
         draw_round({"ct": torch.tensor([0])}, [0], 1, rng)
 
 
-def test_bootstrap_ci_by_hand():
-    # a = [0, 2]: its resampled mean is 0, 1 or 2 with probability 1/4, 1/2, 1/4; b = [0] is
-    # always 0. The 0.5 % and 99.5 % quantiles of the difference are therefore 0 and 2.
-    assert bootstrap_ci([0.0, 2.0], [0.0]) == (0.0, 2.0)
-    assert bootstrap_ci([0.0], [0.0, 2.0]) == (-2.0, 0.0)  # both sides are resampled
-    assert bootstrap_ci([3.0, 3.0], [1.0, 1.0, 1.0]) == (2.0, 2.0)  # no spread: the difference
-    low, high = bootstrap_ci([0.0, 2.0], [0.0], level=0.4)  # the 30 % and 70 % quantiles
-    assert (low, high) == (1.0, 1.0)
-
-
-def test_bootstrap_ci_narrows_with_more_data_and_excludes_zero_for_a_clear_shift():
-    g = torch.Generator().manual_seed(0)
-    small = bootstrap_ci(torch.randn(20, generator=g) + 1, torch.randn(20, generator=g))
-    large = bootstrap_ci(torch.randn(2000, generator=g) + 1, torch.randn(2000, generator=g))
-    assert large[1] - large[0] < (small[1] - small[0]) / 5
-    assert large[0] > 0.8 and large[1] < 1.2
-    assert bootstrap_ci([1.0], [1.0, 2.0], seed=3) == bootstrap_ci([1.0], [1.0, 2.0], seed=3)
-    with pytest.raises(ValueError, match="at least one value"):
-        bootstrap_ci([], [1.0])
+def test_compare_rounds_by_hand():
+    # Rounds: CT 1, 2, 3, 6 against the baseline 2, 4, 3, 4. Ratios 0.5, 0.5, 1, 1.5 (mean 0.875,
+    # so a reduction of 12.5 %; sample std 0.4787 -> SE 47.87). Differences -1, -2, 0, 2: their
+    # 0.5 % and 99.5 % quantiles (linear interpolation over -2, -1, 0, 2) are -1.985 and 1.97.
+    out = compare_rounds([1.0, 2.0, 3.0, 6.0], [2.0, 4.0, 3.0, 4.0])
+    assert out["reduction"] == pytest.approx(12.5)
+    assert out["se"] == pytest.approx(100 * 0.478713, rel=1e-5)
+    assert out["ci_low"] == pytest.approx(-1.985) and out["ci_high"] == pytest.approx(1.97)
+    assert not out["significant"] and out["rounds"] == 4
+    assert out["ct"] == 3.0 and out["baseline"] == 3.25
+    # Per-round reductions 50, 50, 0, -50: quantiles -49.25 and 50.
+    assert out["reduction_low"] == pytest.approx(-49.25) and out["reduction_high"] == 50.0
+    # A round without a value on one side is left out; a clear shift is significant.
+    shift = compare_rounds([1.0, 1.1, None, 0.9], [2.0, 2.1, 2.0, None])
+    assert shift["rounds"] == 2 and shift["significant"] and shift["ci_high"] < 0
+    with pytest.raises(ValueError, match="both sides"):
+        compare_rounds([None], [1.0])
+    with pytest.raises(ValueError, match="one value per round"):
+        compare_rounds([1.0], [1.0, 2.0])

@@ -303,8 +303,8 @@ def test_profile_table_lists_every_setting():
     tutorial = PROFILES["tutorial"]
     expected = round(tutorial.burnin * tutorial.nepochs)
     assert f"{tutorial.burnin:g} ({expected} epochs)" in rows["burnin"]
-    assert rows["lambdas"].split(" | ")[-1].rstrip(" |") == "1, 0.5, 0.01, 0.25"  # paper
-    assert rows["n"].split(" | ")[-1].rstrip(" |") == "all"
+    assert rows["lambdas"].split(" | ")[-1].rstrip(" |") == "1, 0.5, 0.1, 0.25"  # smoke
+    assert rows["n"].split(" | ")[-1].rstrip(" |") == "300"
     assert "100 factuals x 3 runs; attacks on 500 held-out" in rows["evaluation"]
     with pytest.raises(ValueError, match="profiles is empty"):
         profile_table([])

@@ -57,27 +57,6 @@ def test_tutorial_profile_is_the_julia_tutorial_configuration() -> None:
     assert tutorial.evaluation == EvaluationConfig()
 
 
-def test_paper_profile_is_the_papers_mnist_experiment() -> None:
-    paper = get_profile("paper")
-    assert (paper.model, paper.nepochs, paper.batch_size, paper.lr) == ("mlp", 100, 1000, 1e-3)
-    assert (paper.burnin, paper.nce, paper.maxiter, paper.tau) == (0.0, 5000, 30, 0.5)
-    assert paper.n is None  # every sample the data source has
-    assert paper.objective("full").lambdas == (1.0, 0.5, 0.01, 0.25)
-    assert paper.search().settings() | {"amp": None} == {
-        "maxiter": 30,
-        "tau": 0.5,
-        "lambda_cost": 0.001,
-        "lambda_energy": 5.0,
-        "step_size": 0.1,
-        "epsilon": 0.3,
-        "amp": None,
-    }
-    assert paper.runs >= 3 and len(set(paper.run_seeds())) == paper.runs
-    assert paper.evaluation.lambda_energy == (0.1, 0.5, 1.0, 5.0, 10.0)
-    assert (paper.evaluation.maxiter, paper.evaluation.tau) == (50, 0.95)
-    assert 0.03 in paper.evaluation.epsilons
-
-
 def test_profile_config_is_plain_json() -> None:
     config = get_profile("smoke").config()
     assert json.loads(json.dumps(config)) == config
@@ -100,13 +79,13 @@ def test_smoke_profile_is_tiny_but_exercises_burn_in_and_skipped_accuracy() -> N
 
 
 def test_every_profile_is_registered_under_its_own_name() -> None:
-    assert set(PROFILES) == {"tutorial", "cpu", "smoke", "paper"}
+    assert set(PROFILES) == {"tutorial", "cpu", "smoke"}
     assert all(p.name == name and p.model in MODEL_NAMES for name, p in PROFILES.items())
 
 
 @pytest.mark.parametrize("bad", ["gpu", "", "Tutorial", None])
 def test_unknown_profile_lists_the_valid_ones(bad: object) -> None:
-    with pytest.raises(ValueError, match="tutorial, cpu, smoke, paper"):
+    with pytest.raises(ValueError, match="tutorial, cpu, smoke"):
         get_profile(bad)  # type: ignore[arg-type]
 
 
@@ -193,7 +172,7 @@ def test_bad_environment_values_are_errors_naming_the_valid_ones(
         resolve_parameters(None, None, "cpu")
     monkeypatch.setenv("CT_MODE", "plot")
     monkeypatch.setenv("CFBOOK_PROFILE", "huge")
-    with pytest.raises(ValueError, match="'huge'.*tutorial, cpu, smoke, paper"):
+    with pytest.raises(ValueError, match="'huge'.*tutorial, cpu, smoke"):
         resolve_parameters(None, None, "cpu")
 
 

@@ -179,27 +179,6 @@ PROFILES: dict[str, Profile] = {
             attack_samples=100,
         ),
     ),
-    # The CT paper's MNIST experiment: MLP 784-32-10, 100 epochs, batch 1000, Adam 1e-3, no
-    # burn-in, nce 5000, lambdas [1, 0.5, 0.01, 0.25], its generator at tau 0.5; 3 seeds. Every
-    # training sample the data source has (the full training split when present).
-    "paper": Profile(
-        name="paper",
-        model="mlp",
-        n=None,
-        nepochs=100,
-        batch_size=1000,
-        lr=1e-3,
-        nce=5000,
-        cf_batchsize=5000,
-        maxiter=30,
-        burnin=0.0,
-        accuracy_every=5,
-        seed=42,
-        runs=3,
-        lambdas=(1.0, 0.5, 0.01, 0.25),
-        generator="paper",
-        tau=0.5,
-    ),
 }
 
 

@@ -5,7 +5,7 @@ model, test points that the model predicts as the factual class (with replacemen
 are compared on what each of them takes to be the factual class. The difference of a measure
 between CT and the baseline is significant when the percentile bootstrap 99 % confidence interval
 of the difference in means excludes zero (``../shared/reference/PAPER.md``; CT.jl,
-``paper/experiments/CTExperiments/src/tables.jl``).
+``paper/experiments/CTExperiments/src/presentation.jl``).
 """
 
 from __future__ import annotations
@@ -53,26 +53,43 @@ def draw_round(
     )
 
 
-def bootstrap_ci(
-    a: Sequence[float] | Tensor,
-    b: Sequence[float] | Tensor,
-    level: float = 0.99,
-    resamples: int = 10_000,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of mean(a) - mean(b), resampling each sample
-    with replacement on its own (``resamples`` times, seeded)."""
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    if a.numel() == 0 or b.numel() == 0:
-        raise ValueError("bootstrap_ci needs at least one value on each side")
+def compare_rounds(
+    ct: Sequence[float | None], baseline: Sequence[float | None], level: float = 0.99
+) -> dict[str, float | bool | int]:
+    """CT against the baseline on one measure, from per-round means as CT.jl's tables compute
+    it (``presentation.jl``: ``aggregate_ce_evaluation``, ``cidiff``).
+
+    Each round is a bootstrap sample, so the percentile CI of the difference CT - baseline is
+    the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the per-round differences. The
+    reduction is ``-(mean(ct / baseline) - 1) * 100`` (positive = CT lower, i.e. better, for a
+    distance) and its SE is ``100 * std(ct / baseline)`` over rounds, the paper's "bootstrapped
+    standard error". Rounds where either side has no value (no valid counterfactual) are left
+    out, as CT.jl's ``skipmissing`` does. ``reduction_low`` / ``reduction_high`` are the same
+    percentile interval for the per-round reduction ``(1 - ct / baseline) * 100``, the scale on
+    which a published reduction can be checked against it."""
+    if len(ct) != len(baseline):
+        raise ValueError(f"one value per round on each side: got {len(ct)} and {len(baseline)}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    rng = torch.Generator().manual_seed(seed)
-
-    def means(x: Tensor) -> Tensor:
-        return x[torch.randint(x.numel(), (resamples, x.numel()), generator=rng)].mean(1)
-
-    diff = means(a) - means(b)
+    pairs = [(a, b) for a, b in zip(ct, baseline, strict=True) if a is not None and b is not None]
+    if not pairs:
+        raise ValueError("no round has a value on both sides")
+    a, b = (torch.tensor(side, dtype=torch.float64) for side in zip(*pairs, strict=True))
+    ratio = a / b
     tail = (1.0 - level) / 2
-    low, high = torch.quantile(diff, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
-    return float(low), float(high)
+    q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64)
+    low, high = torch.quantile(a - b, q)
+    r_low, r_high = torch.quantile((1.0 - ratio) * 100, q)
+    se = float(ratio.std()) * 100 if ratio.numel() > 1 else float("nan")
+    return {
+        "ct": float(a.mean()),
+        "baseline": float(b.mean()),
+        "reduction": -(float(ratio.mean()) - 1.0) * 100,
+        "se": se,
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "significant": not float(low) <= 0.0 <= float(high),
+        "reduction_low": float(r_low),
+        "reduction_high": float(r_high),
+        "rounds": len(pairs),
+    }

@@ -3,7 +3,6 @@ numbers so the chapter says what held and what did not for whichever run produce
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,17 +16,6 @@ MEASURE_LABELS = {
     "ip_star": ("IP*", False),
 }
 ATTACK_EPS = "0.03"
-
-#: The CT paper's MNIST row (CT against the baseline): percentage changes in the paper's
-#: convention (positive: CT better) and accuracies.
-PAPER_MNIST = {
-    "ip_change": (6.36, 1.7),
-    "ip_star_change": (-70.0, 218.0),
-    "cost_change": (-35.0, 7.0),
-    "validity": (1.0, 1.0),
-    "clean": (0.90, 0.92),
-    "fgsm_0.03": (0.84, 0.78),
-}
 
 
 @dataclass(frozen=True)
@@ -193,73 +181,3 @@ def evaluation_text(quality: list[Comparison], robustness: list[Comparison]) -> 
     if fgsm is not None:
         paragraphs.append(_verdict(fgsm))
     return "\n\n".join(paragraphs)
-
-
-def paper_table(quality: list[Comparison], robustness: list[Comparison]) -> str:
-    """Markdown: the paper's MNIST row beside ours."""
-    by_key = {row.key: row for row in (*quality, *robustness)}
-
-    def paper_pct(key: str) -> str:
-        mean, se = PAPER_MNIST[key]
-        return f"{mean:+.2f} % ± {se:g}"
-
-    def acc(row: Comparison | None, i: int) -> str:
-        return "n/a" if row is None else _value((row.ct, row.baseline)[i])
-
-    fgsm = by_key.get(f"fgsm_{ATTACK_EPS}")
-    lines = [
-        "| measure | paper | cfbook |",
-        "|---|---:|---:|",
-        f"| IP reduction (CT vs baseline) | {paper_pct('ip_change')} | "
-        f"{_pct(by_key['ip'].change)} |",
-        f"| IP* reduction | {paper_pct('ip_star_change')} | {_pct(by_key['ip_star'].change)} |",
-        f"| cost reduction | {paper_pct('cost_change')} | {_pct(by_key['cost'].change)} |",
-        f"| validity, CT / baseline | {PAPER_MNIST['validity'][0]:g} / "
-        f"{PAPER_MNIST['validity'][1]:g} | {acc(by_key['validity'], 0)} / "
-        f"{acc(by_key['validity'], 1)} |",
-        f"| clean accuracy, CT / baseline | {PAPER_MNIST['clean'][0]:.2f} / "
-        f"{PAPER_MNIST['clean'][1]:.2f} | {acc(by_key['clean'], 0)} / "
-        f"{acc(by_key['clean'], 1)} |",
-        f"| FGSM accuracy at eps {ATTACK_EPS}, CT / baseline | "
-        f"{PAPER_MNIST['fgsm_0.03'][0]:.2f} / {PAPER_MNIST['fgsm_0.03'][1]:.2f} | "
-        f"{acc(fgsm, 0)} / {acc(fgsm, 1)} |",
-    ]
-    return "\n".join(lines)
-
-
-def paper_text(quality: list[Comparison], robustness: list[Comparison]) -> str:
-    """Where our reproduction agrees with the paper's MNIST row and where it does not."""
-    by_key = {row.key: row for row in (*quality, *robustness)}
-    out = []
-    for key, name in (("ip", "IP"), ("cost", "cost")):
-        ours = by_key[key].change["mean"]
-        paper, paper_se = PAPER_MNIST[f"{key}_change"]
-        if ours is None:
-            out.append(f"- **{name}:** no valid counterfactuals to compare.")
-            continue
-        same_sign = math.copysign(1, ours) == math.copysign(1, paper)
-        out.append(
-            f"- **{name}:** the paper reports {paper:+.2f} % (± {paper_se:g}), we measure "
-            f"{ours:+.1f} %; "
-            + (
-                "the same direction"
-                if same_sign
-                else "the opposite direction, a contradiction of the paper"
-            )
-            + "."
-        )
-    clean, fgsm = by_key["clean"], by_key.get(f"fgsm_{ATTACK_EPS}")
-    out.append(
-        f"- **Clean accuracy:** the paper has CT {PAPER_MNIST['clean'][0]:.2f} against "
-        f"{PAPER_MNIST['clean'][1]:.2f}; we have {_value(clean.ct)} against "
-        f"{_value(clean.baseline)}."
-    )
-    if fgsm is not None:
-        ct_wins = fgsm.ct["mean"] > fgsm.baseline["mean"]
-        out.append(
-            f"- **FGSM at eps {ATTACK_EPS}:** the paper has CT more robust "
-            f"({PAPER_MNIST['fgsm_0.03'][0]:.2f} against {PAPER_MNIST['fgsm_0.03'][1]:.2f}); "
-            f"here CT is {'more' if ct_wins else 'not more'} robust ({_value(fgsm.ct)} against "
-            f"{_value(fgsm.baseline)})."
-        )
-    return "\n".join(out)

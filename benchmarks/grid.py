@@ -1,0 +1,143 @@
+"""Benchmark 10: the paper grid's two levers, measured side by side, and the grid's own time.
+
+- The evaluation searches every round of one test-time energy weight in one batch per model
+  (``paper_evaluate``); CT.jl's benchmark searches round by round. Both are timed here on the
+  same factuals and targets (Adult: 100 rounds of 100 factuals).
+- The training-time search of a tabular cell (Adult: 5,000 counterfactuals, 30 steps) with the
+  compiled step against the eager one.
+
+The grid's total and per-data-set times come from the result files of the last
+``python -m cfbook.paper`` run (``data/reproduction/results.json``): a whole-process measurement
+that cannot run side by side with anything.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import torch
+
+from benchmarks.common import Case, Context, Table, check, fmt_ratio, side_by_side
+from cfbook.data import DeviceLoader, find_data_dir
+from cfbook.evaluation.metrics import predict
+from cfbook.models import mlp
+from cfbook.objectives import VanillaObjective
+from cfbook.paper.settings import EXPERIMENTS, SEARCH, load_experiment_data
+from cfbook.search.generators import NativeGenerator
+from cfbook.training import counterfactual_training
+
+TITLE = "10. Paper grid: batched evaluation, compiled tabular search, the grid's time"
+TARGET_MINUTES = 60.0
+
+
+def _adult_model(ctx: Context):
+    data = load_experiment_data("adult", ctx.device)
+    torch.manual_seed(0)
+    model = mlp(data.x.shape[1], (32,), 2).to(ctx.device)
+    counterfactual_training(
+        VanillaObjective(),
+        model,
+        NativeGenerator(),
+        DeviceLoader(data.x, data.y, 1000),
+        torch.optim.Adam(model.parameters(), 1e-3),
+        device=ctx.device,
+        nepochs=3,
+        domain=data.domain,
+        verbose=0,
+    )
+    return data, model.eval()
+
+
+def _factuals(data, model, rounds: int, per_round: int):
+    """Test rows the model predicts as class 0, with target 1, as one round of the protocol."""
+    pool = (predict(model, data.x_test) == 0).nonzero().flatten()
+    g = torch.Generator().manual_seed(0)
+    rows = pool[torch.randint(pool.numel(), (rounds * per_round,), generator=g).to(pool.device)]
+    return data.x_test[rows], torch.ones(rows.numel(), dtype=torch.long, device=rows.device)
+
+
+def run(ctx: Context) -> list[Table]:
+    data, model = _adult_model(ctx)
+    rounds, per_round = (20, 100) if ctx.quick else (100, 100)
+    x, target = _factuals(data, model, rounds, per_round)
+    search = NativeGenerator(
+        maxiter=50, tau=0.95, lambda_cost=0.0, lambda_energy=1.0, step_size=0.25
+    )
+
+    def by_round() -> None:
+        for s in range(0, x.shape[0], per_round):
+            search.generate(
+                model, x[s : s + per_round], target[s : s + per_round], domain=data.domain
+            )
+
+    cases = {
+        "one batch": Case(partial(search.generate, model, x, target, domain=data.domain)),
+        "round by round": Case(by_round),
+    }
+    ctx.log(f"paper evaluation: {rounds} rounds x {per_round} factuals, batched vs by round")
+    t = side_by_side(ctx, cases, label="grid evaluation")
+    table = Table(
+        f"Adult, one test-time energy weight: {rounds} rounds x {per_round} factuals, 50 steps",
+        ["search", "time", "vs one batch", "repeats"],
+    )
+    for k, timing in t.items():
+        table.add(
+            k,
+            f"{timing.median:.3f} s",
+            fmt_ratio(timing.median / t["one batch"].median),
+            timing.repeats,
+        )
+
+    nce = 1000 if ctx.quick else EXPERIMENTS["adult"].nce
+    train_search = NativeGenerator(**SEARCH, tau=EXPERIMENTS["adult"].tau)
+    xs = data.x[:nce]
+    ys = 1 - predict(model, xs)
+    cases = {
+        mode: Case(
+            partial(
+                train_search.generate, model, xs, ys, domain=data.domain, compile=mode == "compiled"
+            )
+        )
+        for mode in ("compiled", "eager")
+    }
+    ctx.log(f"training-time search, Adult, {nce} rows: compiled vs eager")
+    s = side_by_side(ctx, cases, label="grid training search")
+    compiled = Table(
+        f"Adult training-time search: {nce} counterfactuals x 30 steps (one epoch's search)",
+        ["step", "time", "vs eager", "repeats"],
+    )
+    for k, timing in s.items():
+        compiled.add(
+            k,
+            f"{timing.median:.3f} s",
+            fmt_ratio(timing.median / s["eager"].median),
+            timing.repeats,
+        )
+
+    grid = Table(
+        "The whole grid (from data/reproduction/results.json)", ["data", "training", "evaluation"]
+    )
+    targets = Table("Targets", ["target", "measured", "status"])
+    path = find_data_dir() / "reproduction" / "results.json"
+    if path.is_file():
+        results = json.loads(path.read_text())
+        total = 0.0
+        for key, d in results["data"].items():
+            total += d["training_seconds"] + d["evaluation_seconds"]
+            grid.add(
+                EXPERIMENTS[key].label,
+                f"{d['training_seconds']:.0f} s",
+                f"{d['evaluation_seconds']:.0f} s",
+            )
+        grid.add("all", "", f"{total / 60:.1f} min in all")
+        targets.add(
+            f"whole grid <= {TARGET_MINUTES:g} min on this machine (cells and evaluations)",
+            f"{total / 60:.1f} min",
+            check(total / 60 <= TARGET_MINUTES),
+        )
+        grid.notes.append(
+            "Seconds inside the cells and evaluations; the command's wall time adds loading the "
+            "data once per data set and starting Python (see RESULTS.md's note for the run)."
+        )
+    return [table, compiled, grid, targets]

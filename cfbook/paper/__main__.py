@@ -1,0 +1,137 @@
+"""``python -m cfbook.paper``: run the CT paper's experiment grid, or part of it, then merge.
+
+Examples::
+
+    python -m cfbook.paper                      # all: 9 data sets x 3 trainings x 3 seeds
+    python -m cfbook.paper --data adult,mnist   # two data sets
+    python -m cfbook.paper --cell 17 --no-merge # one training cell (a SLURM array task)
+    python -m cfbook.paper --evaluate adult:0   # one evaluation, once its three cells exist
+    python -m cfbook.paper --merge-only         # rebuild results.json from what is there
+    python -m cfbook.paper --list               # the cells and their numbers
+    bash scripts/slurm-paper.sh --dry-run       # the same grid as SLURM job arrays
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from cfbook.data import find_data_dir
+from cfbook.device import detect_device
+from cfbook.paper.grid import Scale, grid_cells, run_cell, run_evaluation
+from cfbook.paper.merge import merge_results
+from cfbook.paper.settings import ExperimentData, load_experiment_data
+from cfbook.progress import format_duration
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cfbook.paper",
+        description="Train and evaluate the CT paper's experiment grid; every cell is resumable.",
+    )
+    p.add_argument("--data", help="comma-separated data sets (default: all nine)")
+    p.add_argument("--cell", type=int, action="append", help="train only this cell (repeatable)")
+    p.add_argument("--evaluate", action="append", metavar="DATA:SEED", help="only this evaluation")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per training (default 3)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: seconds per cell (for CI)")
+    p.add_argument("--out", type=Path, help="result folder (default data/reproduction)")
+    p.add_argument("--device", help="cpu, cuda, ... (default: the best available)")
+    p.add_argument("--force", action="store_true", help="run again what already has a result")
+    p.add_argument("--no-merge", action="store_true", help="do not build results.json")
+    p.add_argument("--merge-only", action="store_true", help="only build results.json")
+    p.add_argument("--list", action="store_true", help="print the cells and exit")
+    p.add_argument("--list-evaluations", action="store_true", help="print the evaluations")
+    p.add_argument("--train-task", type=int, help="train the N-th cell of the list (SLURM array)")
+    p.add_argument("--eval-task", type=int, help="run the N-th evaluation (SLURM array)")
+    return p
+
+
+def _evaluation(text: str) -> tuple[str, int]:
+    key, _, seed = text.partition(":")
+    if not seed.isdigit():
+        raise SystemExit(f"error: --evaluate takes DATA:SEED, such as adult:0, not {text!r}")
+    return key, int(seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    seeds = args.seeds
+    scale = Scale.smoke(seeds or 2) if args.smoke else Scale.paper(seeds or 3)
+    out = args.out or find_data_dir() / ("reproduction-smoke" if args.smoke else "reproduction")
+    data = args.data.split(",") if args.data else None
+    cells = grid_cells(scale, data)
+    if args.cell:
+        known = {c.index: c for c in grid_cells(scale)}
+        unknown = [i for i in args.cell if i not in known]
+        if unknown:
+            print(f"error: no cell {unknown} (cells are 0-{len(known) - 1})", file=sys.stderr)
+            return 2
+        cells = [known[i] for i in args.cell]
+    evaluations = list(dict.fromkeys((c.data, c.seed) for c in cells))
+    if args.list:
+        for c in cells:
+            print(f"{c.index:3d}  {c.name}")
+        return 0
+    if args.list_evaluations:
+        for key, seed in evaluations:
+            print(f"{key}:{seed}")
+        return 0
+    if args.train_task is not None:
+        cells, evaluations = [cells[args.train_task]], []
+    elif args.eval_task is not None:
+        cells, evaluations = [], [evaluations[args.eval_task]]
+    elif args.evaluate:
+        evaluations = [_evaluation(s) for s in args.evaluate]
+        cells = []
+    elif args.cell:
+        evaluations = []
+    if args.merge_only:
+        cells, evaluations = [], []
+    device = detect_device(args.device, verbose=False)
+    start = time.perf_counter()
+    done_work = 0
+    total = len(cells) + len(evaluations)
+    cache: dict[str, ExperimentData] = {}
+
+    def data_of(key: str) -> ExperimentData:  # one load per data set and process
+        if key not in cache:
+            cache[key] = load_experiment_data(key, device)
+        return cache[key]
+
+    def status(k: int) -> str:
+        elapsed = time.perf_counter() - start
+        left = elapsed / k * (total - k) if k else 0.0
+        return f"[{k}/{total}, {format_duration(elapsed)} so far, ~{format_duration(left)} left]"
+
+    for cell in cells:
+        print(f"cell {cell.index} {cell.name} {status(done_work)}", flush=True)
+        result = run_cell(
+            cell, scale, out, device=device, data=data_of(cell.data), force=args.force
+        )
+        print(
+            f"  {cell.name}: {result['seconds']:.0f} s of training, test accuracy "
+            f"{result['test_accuracy']:.3f}",
+            flush=True,
+        )
+        done_work += 1
+    for key, seed in evaluations:
+        print(f"evaluation {key}:{seed} {status(done_work)}", flush=True)
+        result = run_evaluation(
+            key, seed, scale, out, device=device, data=data_of(key), force=args.force
+        )
+        print(f"  {key}:{seed}: {result['seconds']:.0f} s", flush=True)
+        done_work += 1
+    partial = (
+        args.cell or args.evaluate or args.train_task is not None or args.eval_task is not None
+    )
+    if not args.no_merge and not partial:
+        path = merge_results(out)
+        print(f"merged the results into {path}")
+    print(f"done in {format_duration(time.perf_counter() - start)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,297 @@
+"""The experiment grid: data set x training x seed cells, each trained on its own and resumable,
+and per data set and seed one evaluation of CT against the baseline with the paper's protocol.
+
+A training is ``vanilla`` (the baseline), ``full`` (CT, no protected feature) or
+``full_protected`` (CT with the paper's protected features immutable in the training-time
+search). The baseline trains without counterfactuals, so one baseline serves both comparisons.
+Every cell writes ``cells/<name>.pt`` (the weights) and ``cells/<name>.json`` (its log); an
+evaluation writes ``evaluations/<data>-s<seed>.json``. A cell whose files exist is not run
+again; an interrupted one resumes from its last epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from cfbook.atomic import atomic_torch_save, atomic_write_text
+from cfbook.data import DeviceLoader
+from cfbook.evaluation.metrics import accuracy
+from cfbook.evaluation.paper_protocol import PaperProtocol, paper_evaluate
+from cfbook.evaluation.protocol import PAPER_EPSILONS, PAPER_PGD, attack_accuracy
+from cfbook.log import EpochRecord
+from cfbook.models import mlp
+from cfbook.objectives import FullObjective, VanillaObjective
+from cfbook.paper.settings import (
+    EPOCHS,
+    EXPERIMENTS,
+    HIDDEN,
+    LR,
+    SEARCH,
+    TEST_TAU,
+    ExperimentData,
+    check_key,
+    load_experiment_data,
+)
+from cfbook.progress import format_duration
+from cfbook.search.generators import NativeGenerator
+from cfbook.training import counterfactual_training
+
+TRAININGS = ("vanilla", "full", "full_protected")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much of the paper's grid to run: ``paper()`` is the paper's sizes with ``seeds``
+    seeds; ``smoke()`` shrinks epochs, data, counterfactuals and rounds to seconds per cell."""
+
+    seeds: int = 3
+    epochs: int = EPOCHS
+    rounds: int = 100
+    max_train: int | None = None
+    max_nce: int | None = None
+    max_individuals: int | None = None
+    max_attack: int | None = None
+
+    @classmethod
+    def paper(cls, seeds: int = 3) -> Scale:
+        return cls(seeds=seeds)
+
+    @classmethod
+    def smoke(cls, seeds: int = 2) -> Scale:
+        return cls(seeds, 2, 4, 400, 100, 10, 200)
+
+
+def _cap(value: int, cap: int | None) -> int:
+    return value if cap is None else min(value, cap)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training of the grid; ``index`` numbers it in the full grid at its scale (the number
+    a SLURM array task receives)."""
+
+    index: int
+    data: str
+    training: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.data}-{self.training}-s{self.seed}"
+
+
+def grid_cells(scale: Scale, data: Sequence[str] | None = None) -> list[Cell]:
+    """The cells of the grid (data set, then seed, then training), restricted to ``data``."""
+    keys = list(EXPERIMENTS)
+    wanted = keys if data is None else [check_key(k).key for k in data]
+    cells = []
+    for i, key in enumerate(keys):
+        for seed in range(scale.seeds):
+            for t, training in enumerate(TRAININGS):
+                if key in wanted:
+                    index = (i * scale.seeds + seed) * len(TRAININGS) + t
+                    cells.append(Cell(index, key, training, seed))
+    return cells
+
+
+def cell_config(cell: Cell, scale: Scale) -> dict[str, Any]:
+    """Everything that decides a cell's result; a saved result must match it to be reused."""
+    e = EXPERIMENTS[cell.data]
+    return {
+        "data": cell.data,
+        "training": cell.training,
+        "seed": cell.seed,
+        "epochs": scale.epochs,
+        "n_train": _cap(e.n_train, scale.max_train),
+        "batch_size": e.batch_size,
+        "nce": _cap(e.nce, scale.max_nce) if cell.training != "vanilla" else None,
+        "lambdas": list(e.lambdas(cell.training)) if cell.training != "vanilla" else None,
+        "search": {**SEARCH, "tau": e.tau} if cell.training != "vanilla" else None,
+        "lr": LR,
+        "hidden": HIDDEN,
+    }
+
+
+def _model(data: ExperimentData) -> nn.Module:
+    return mlp(data.x.shape[1], (HIDDEN,), int(data.y.max()) + 1)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete it to run it again") from err
+
+
+def _reusable(path: Path, config: dict[str, Any], force: bool) -> dict[str, Any] | None:
+    """A saved result for ``config``; an error if it was made with other settings."""
+    saved = _read_json(path)
+    if saved is None or force:
+        return None
+    if saved.get("config") != config:
+        raise ValueError(
+            f"{path} was made with other settings ({saved.get('config')}, now {config}): pass "
+            "--force to run it again, or --out to write the results elsewhere"
+        )
+    return saved
+
+
+def run_cell(
+    cell: Cell,
+    scale: Scale,
+    out: Path,
+    *,
+    device: torch.device,
+    data: ExperimentData | None = None,
+    force: bool = False,
+    report: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Train one cell (or reuse its saved result) and return its result file's content."""
+    config = cell_config(cell, scale)
+    result_path = out / "cells" / f"{cell.name}.json"
+    saved = _reusable(result_path, config, force)
+    if saved is not None:
+        return saved
+    data = data if data is not None else load_experiment_data(cell.data, device)
+    n = config["n_train"]
+    torch.manual_seed(cell.seed)
+    model = _model(data).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    loader = DeviceLoader(data.x[:n], data.y[:n], config["batch_size"], seed=cell.seed)
+    if cell.training == "vanilla":
+        objective, generator, mutability = VanillaObjective(), NativeGenerator(), None
+    else:
+        clf, div, reg, adv = config["lambdas"]
+        objective = FullObjective(lambda_clf=clf, lambda_div=div, lambda_reg=reg, lambda_adv=adv)
+        generator = NativeGenerator(**config["search"])
+        mutability = data.protected_mutability if cell.training == "full_protected" else None
+    start = time.perf_counter()
+
+    def progress(record: EpochRecord) -> None:
+        every = max(scale.epochs // 5, 1)
+        if record.epoch % every == 0 or record.epoch == scale.epochs:
+            left = (time.perf_counter() - start) / record.epoch * (scale.epochs - record.epoch)
+            valid = f", valid {record.percent_valid:.0%}" if config["nce"] else ""
+            report(
+                f"  {cell.name}: epoch {record.epoch}/{scale.epochs}, "
+                f"{record.time_taken:.2f} s/epoch{valid}, {format_duration(left)} left"
+            )
+
+    checkpoints = out / "checkpoints" / cell.name
+    _, log = counterfactual_training(
+        objective,
+        model,
+        generator,
+        loader,
+        optimizer,
+        device=device,
+        nepochs=scale.epochs,
+        domain=data.domain,
+        mutability=mutability,
+        nce=config["nce"],
+        checkpoint_dir=checkpoints,
+        callback=progress,
+        verbose=0,
+    )
+    seconds = time.perf_counter() - start
+    atomic_torch_save(model.state_dict(), out / "cells" / f"{cell.name}.pt")
+    result = {
+        "config": config,
+        "seconds": seconds,
+        "test_accuracy": accuracy(model, data.x_test, data.y_test),
+        "meta": log.meta,
+        "log": [asdict(r) for r in log],
+    }
+    atomic_write_text(result_path, json.dumps(result, indent=1))
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    return result
+
+
+def evaluation_config(data: str, seed: int, scale: Scale) -> dict[str, Any]:
+    e = EXPERIMENTS[data]
+    return {
+        "data": data,
+        "seed": seed,
+        "cells": {t: cell_config(Cell(0, data, t, seed), scale) for t in TRAININGS},
+        "rounds": scale.rounds,
+        "individuals": _cap(e.individuals, scale.max_individuals),
+        "attack_rows": scale.max_attack,
+    }
+
+
+def run_evaluation(
+    key: str,
+    seed: int,
+    scale: Scale,
+    out: Path,
+    *,
+    device: torch.device,
+    data: ExperimentData | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Evaluate the three trainings of (``key``, ``seed``): CT against the baseline without and
+    with the protected features, and every model's accuracy under attack."""
+    config = evaluation_config(key, seed, scale)
+    path = out / "evaluations" / f"{key}-s{seed}.json"
+    saved = _reusable(path, config, force)
+    if saved is not None:
+        return saved
+    data = data if data is not None else load_experiment_data(key, device)
+    models = {}
+    for training in TRAININGS:
+        weights = out / "cells" / f"{Cell(0, key, training, seed).name}.pt"
+        if not weights.is_file():
+            raise FileNotFoundError(f"{weights} is missing: train its cell first")
+        model = _model(data).to(device)
+        model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
+        models[training] = model.eval()
+    start = time.perf_counter()
+    base = PaperProtocol(rounds=scale.rounds, individuals=config["individuals"], seed=seed)
+    unconstrained = paper_evaluate(
+        {"full": models["full"], "vanilla": models["vanilla"]},
+        data.x_test,
+        data.y_test,
+        replace(base, tau=TEST_TAU["none"]),
+        domain=data.domain,
+    )
+    protected = paper_evaluate(
+        {"full": models["full_protected"], "vanilla": models["vanilla"]},
+        data.x_test,
+        data.y_test,
+        replace(base, tau=TEST_TAU["protected"]),
+        domain=data.domain,
+        mutability=data.protected_mutability,
+    )
+    rows = slice(0, scale.max_attack)
+    robustness = {
+        t: attack_accuracy(
+            m,
+            data.x_test[rows],
+            data.y_test[rows],
+            epsilons=PAPER_EPSILONS,
+            domain=data.domain,
+            seed=seed,
+            **PAPER_PGD,
+        )
+        for t, m in models.items()
+    }
+    result = {
+        "config": config,
+        "seconds": time.perf_counter() - start,
+        "unconstrained": unconstrained,
+        "protected": protected,
+        "robustness": robustness,
+    }
+    atomic_write_text(path, json.dumps(result, indent=1))
+    return result

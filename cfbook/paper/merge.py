@@ -1,0 +1,112 @@
+"""Merge the grid's evaluation files into the tables the chapter shows (``results.json``).
+
+For each data set the rounds of every seed are pooled (3 seeds x 100 rounds), and CT is compared
+with the baseline on them as CT.jl's tables do (``compare_rounds``). The per-seed reductions are
+kept too, so the spread between trainings is visible beside the spread between rounds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cfbook.atomic import atomic_write_text
+from cfbook.evaluation.bootstrap import compare_rounds
+from cfbook.paper.settings import EXPERIMENTS
+
+# Measure -> (experiment, per-round key): IP and IP* without constraints, as in the paper's main
+# table, the cost both with the protected features (the main table's) and without (appendix).
+MEASURES = {
+    "ip": ("unconstrained", "ip"),
+    "ip_star_5": ("unconstrained", "ip_star_5"),
+    "ip_star_0.5": ("unconstrained", "ip_star_0.5"),
+    "cost": ("protected", "cost"),
+    "cost_unconstrained": ("unconstrained", "cost"),
+}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def _pooled(evals: list[dict[str, Any]], experiment: str, model: str, key: str) -> list:
+    return [v for e in evals for v in e[experiment]["per_round"][model][key]]
+
+
+def _compare(ct: list, baseline: list) -> dict[str, Any] | None:
+    try:
+        return compare_rounds(ct, baseline)
+    except ValueError:  # no round with a valid counterfactual on both sides
+        return None
+
+
+def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
+    main = {}
+    for name, (experiment, key) in MEASURES.items():
+        pooled = _compare(*(_pooled(evals, experiment, m, key) for m in ("full", "vanilla")))
+        per_seed = [
+            _compare(*(e[experiment]["per_round"][m][key] for m in ("full", "vanilla")))
+            for e in evals
+        ]
+        main[name] = {
+            **(pooled or {}),
+            "per_seed": [None if s is None else s["reduction"] for s in per_seed],
+        }
+    validity = {
+        experiment: {
+            m: _mean(_pooled(evals, experiment, m, "validity")) for m in ("full", "vanilla")
+        }
+        for experiment in ("unconstrained", "protected")
+    }
+    robustness: dict[str, Any] = {}
+    for training in ("vanilla", "full", "full_protected"):
+        runs = [e["robustness"][training] for e in evals]
+        robustness[training] = {
+            "clean": _mean([r["clean"] for r in runs]),
+            **{
+                attack: {eps: _mean([r[attack][eps] for r in runs]) for eps in runs[0][attack]}
+                for attack in ("fgsm", "pgd")
+            },
+        }
+    return {
+        "seeds": [e["config"]["seed"] for e in evals],
+        "rounds": sum(len(e["unconstrained"]["per_round"]["full"]["ip"]) for e in evals),
+        "main": main,
+        "validity": validity,
+        "robustness": robustness,
+        "training_seconds": sum(c["seconds"] for c in cells),
+        "evaluation_seconds": sum(e["seconds"] for e in evals),
+        "valid_at_training": {
+            t: _mean(
+                [
+                    _mean([r["percent_valid"] for r in c["log"]])
+                    for c in cells
+                    if c["config"]["training"] == t
+                ]
+            )
+            for t in ("full", "full_protected")
+        },
+    }
+
+
+def merge_results(out: Path) -> Path:
+    """Write ``out/results.json`` from ``out/evaluations`` and ``out/cells``; returns its path."""
+    evaluations = sorted((out / "evaluations").glob("*.json"))
+    if not evaluations:
+        raise FileNotFoundError(f"no evaluation in {out / 'evaluations'}: run the grid first")
+    loaded = [json.loads(p.read_text(encoding="utf-8")) for p in evaluations]
+    cells = [json.loads(p.read_text(encoding="utf-8")) for p in (out / "cells").glob("*.json")]
+    tables = {}
+    for key in EXPERIMENTS:
+        evals = sorted(
+            (e for e in loaded if e["config"]["data"] == key), key=lambda e: e["config"]["seed"]
+        )
+        if evals:
+            mine = [c for c in cells if c["config"]["data"] == key]
+            tables[key] = _data_set(evals, mine)
+    scale = {k: loaded[0]["config"]["cells"]["full"][k] for k in ("epochs",)}
+    path = out / "results.json"
+    atomic_write_text(path, json.dumps({"scale": scale, "data": tables}, indent=1))
+    return path

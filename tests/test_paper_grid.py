@@ -1,0 +1,153 @@
+"""The experiment grid (``cfbook.paper``): its cells, their settings, resumption and the merge,
+run at smoke sizes on two data sets, as CI does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cfbook.book.figures.reproduction import (
+    accuracy_table,
+    agreement,
+    choose_length_scale,
+    cost_table,
+    findings,
+    main_table,
+    validity_table,
+)
+from cfbook.paper.__main__ import main
+from cfbook.paper.grid import TRAININGS, Cell, Scale, cell_config, grid_cells, run_cell
+from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, load_experiment_data
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_grid_numbers_every_cell_once_in_a_stable_order():
+    cells = grid_cells(Scale.paper())
+    assert len(cells) == 9 * 3 * 3 == len({c.index for c in cells})
+    assert [c.index for c in cells] == list(range(81))
+    assert cells[17].name == "circles-full_protected-s2"
+    part = grid_cells(Scale.paper(), ["adult"])
+    assert [c.index for c in part] == [c.index for c in cells if c.data == "adult"]
+    with pytest.raises(ValueError, match="unknown data set 'iris'"):
+        grid_cells(Scale.paper(), ["iris"])
+
+
+def test_settings_follow_the_papers_grid_configs():
+    # grid_config.toml: moons trains at tau 0.9, adult at 0.75; the synthetic mutability runs
+    # drop the ridge and the adversarial term; every search takes steps of 0.25.
+    moons = cell_config(Cell(0, "moons", "full", 0), Scale.paper())
+    assert moons["search"]["tau"] == 0.9 and moons["search"]["step_size"] == 0.25
+    assert moons["lambdas"] == [1.0, 0.5, 0.25, 0.25] and moons["batch_size"] == 30
+    assert EXPERIMENTS["lin_sep"].lambdas("full_protected") == (1.0, 0.5, 0.0, 0.0)
+    assert EXPERIMENTS["adult"].lambdas("full_protected") == (1.0, 0.5, 0.25, 0.25)
+    assert cell_config(Cell(0, "adult", "vanilla", 0), Scale.paper())["nce"] is None
+    assert EXPERIMENTS["mnist"].individuals * 5 == 125  # per round, over the 5 energy weights
+
+
+def test_mnist_protects_its_top_and_bottom_five_pixel_rows():
+    data = load_experiment_data("mnist")
+    assert data.x.shape == (10_000, 784) and data.x_test.shape == (10_000, 784)
+    assert "training split" in data.source
+    frozen = [i for i, m in enumerate(data.protected_mutability) if m == "none"]
+    # CT.jl's 1-based 1-140 and 645-784.
+    assert frozen == [*range(140), *range(644, 784)]
+    assert MNIST_PROTECTED_ROWS == (0, 1, 2, 3, 4, 23, 24, 25, 26, 27)
+
+
+def test_tabular_cells_train_on_the_first_n_train_rows_of_the_training_part():
+    data = load_experiment_data("credit")
+    assert data.x.shape[0] == EXPERIMENTS["credit"].n_train
+    assert data.x_val.shape[0] == 1001  # 10,618 training rows (round, where CT.jl has 10,617)
+    assert data.protected_mutability.count("none") == 1
+    assert data.columns[data.protected_mutability.index("none")] == "AGE"
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("grid")
+    assert main(["--smoke", "--data", "lin_sep,adult", "--out", str(out)]) == 0
+    return out
+
+
+def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
+    names = {p.stem for p in (smoke / "cells").glob("*.json")}
+    assert names == {
+        f"{d}-{t}-s{s}" for d in ("lin_sep", "adult") for t in TRAININGS for s in (0, 1)
+    }
+    assert not (smoke / "checkpoints").exists() or not any((smoke / "checkpoints").iterdir())
+    results = json.loads((smoke / "results.json").read_text())
+    assert set(results["data"]) == {"lin_sep", "adult"}
+    adult = results["data"]["adult"]
+    assert adult["seeds"] == [0, 1] and adult["rounds"] == 2 * 4  # rounds of both seeds pooled
+    assert set(adult["main"]) == {"ip", "ip_star_5", "ip_star_0.5", "cost", "cost_unconstrained"}
+    assert len(adult["main"]["ip"]["per_seed"]) == 2
+    assert set(adult["robustness"]["full"]["pgd"]) == {f"{k / 90:g}" for k in range(10)}
+    # The chapter's tables and text build from it.
+    scale, counts = choose_length_scale(results)
+    assert scale in ("5", "0.5") and set(counts) == {"5", "0.5"}
+    for table in (main_table(results, scale), validity_table(results), cost_table(results)):
+        assert table.count("\n") >= 3
+    assert "Adult" in accuracy_table(results)
+    assert findings(results, scale).startswith("Of the 6 published reductions")
+
+
+def test_a_finished_cell_is_reused_and_other_settings_are_refused(smoke, capsys):
+    cell = grid_cells(Scale.smoke(), ["adult"])[1]
+    path = smoke / "cells" / f"{cell.name}.json"
+    before = path.stat().st_mtime_ns
+    again = run_cell(cell, Scale.smoke(), smoke, device=torch.device("cpu"))
+    assert path.stat().st_mtime_ns == before and again["config"]["training"] == "full"
+    with pytest.raises(ValueError, match="made with other settings"):
+        run_cell(cell, Scale(seeds=2, epochs=3, rounds=4), smoke, device=torch.device("cpu"))
+
+
+def test_an_interrupted_cell_resumes_from_its_checkpoint(tmp_path):
+    cell = grid_cells(Scale.smoke(), ["lin_sep"])[1]
+    scale = Scale(seeds=1, epochs=4, rounds=2, max_train=200, max_nce=50)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_epoch_3(line: str) -> None:
+        if "epoch 3/4" in line:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_cell(cell, scale, tmp_path, device=torch.device("cpu"), report=stop_at_epoch_3)
+    assert (tmp_path / "checkpoints" / cell.name).is_dir()
+    lines: list[str] = []
+    result = run_cell(cell, scale, tmp_path, device=torch.device("cpu"), report=lines.append)
+    assert [r["epoch"] for r in result["log"]] == [1, 2, 3, 4]
+    assert not any("epoch 1/4" in line or "epoch 2/4" in line for line in lines)
+
+
+def test_agreement_reads_the_interval_then_the_direction():
+    ours = {"reduction": 10.0, "reduction_low": 2.0, "reduction_high": 18.0, "significant": True}
+    assert agreement((12.0, 1.0, True), ours) == "agrees"
+    assert agreement((30.0, 1.0, True), ours) == "same direction"
+    assert agreement((-5.0, 1.0, True), ours) == "disagrees"
+    assert agreement((30.0, 1.0, False), ours) == "disagrees"
+    assert agreement((30.0, 1.0, True), {"per_seed": [None]}) == "no valid counterfactuals"
+    spread = {**ours, "significant": False}
+    assert agreement((12.0, 1.0, True), spread) == "not significant here"
+    assert agreement((12.0, 1.0, False), spread) == "agrees"
+
+
+def test_the_slurm_script_prints_its_three_jobs():
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-paper.sh"), "--dry-run", "--data", "adult"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+        timeout=120,
+    ).stdout
+    assert out.startswith("# 9 training tasks, 3 evaluation tasks, one merge")
+    assert "--array=0-8" in out and "--array=0-2" in out and "--train-task" in out
+    assert "afterok" in out and "--merge-only" in out
