@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import (
+    calibration,
     efficiency,
     evaluation,
     fused,
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "scaling": (scaling.TITLE, scaling.run),
     "fused": (fused.TITLE, fused.run),
     "grid": (grid.TITLE, grid.run),
+    "calibration": (calibration.TITLE, calibration.run),
 }
 
 

@@ -19,7 +19,7 @@ from cfbook.objectives import (
     VanillaObjective,
 )
 from cfbook.search.generators import CounterfactualResult, NativeGenerator, ReferenceGenerator
-from cfbook.training import counterfactual_training
+from cfbook.training import LowValidityWarning, counterfactual_training
 
 __version__ = "0.1.0"
 
@@ -29,6 +29,7 @@ __all__ = [
     "EnergyDifferentialObjective",
     "EpochRecord",
     "FullObjective",
+    "LowValidityWarning",
     "NativeGenerator",
     "Objective",
     "ReferenceGenerator",

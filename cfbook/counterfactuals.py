@@ -15,12 +15,26 @@ from cfbook.search.targets import draw_targets, uniform_draws
 
 Generator = NativeGenerator | ReferenceGenerator
 
+#: What a counterfactual whose search did not converge contributes to the loss:
+#: ``"neighbour"`` (the CT paper's rule: it is replaced by its neighbour, so its energy
+#: differential is zero and only the ridge sees it) or ``"raw"`` (CT.jl's Native branch, which
+#: the GPU tutorial runs: the search's last iterate, valid or not).
+MATURE = ("neighbour", "raw")
+
+
+def check_mature(mature: str) -> str:
+    if mature not in MATURE:
+        raise ValueError(f"mature must be one of {', '.join(map(repr, MATURE))}, got {mature!r}")
+    return mature
+
 
 @dataclass
 class CounterfactualBatch:
     """One epoch's search output, aligned row by row (constants for the loss: no gradient)."""
 
-    counterfactual: Tensor  # mature CF: the search result if valid, else its neighbour
+    counterfactual: (
+        Tensor  # mature CF: the search result if valid (or mature="raw"), else its neighbour
+    )
     neighbour: Tensor
     nascent: Tensor  # adversarial example
     target: Tensor
@@ -64,6 +78,7 @@ def epoch_counterfactuals(
     rng: torch.Generator,
     rows: slice | None = None,
     compile: bool | None = None,
+    mature: str = "neighbour",
 ) -> CounterfactualBatch:
     """Search ``nce`` counterfactuals with the model as it stands at the epoch start.
 
@@ -71,7 +86,8 @@ def epoch_counterfactuals(
     rows before the search. Under DDP each process keeps only its ``rows`` of them: with ``rng``
     seeded alike everywhere, the processes share the search of exactly the counterfactuals one
     process would find, without overlap, and their generators stay in step. ``compile`` is the
-    run's decision for a NativeGenerator (see ``NativeGenerator.settle_compile``).
+    run's decision for a NativeGenerator (see ``NativeGenerator.settle_compile``); ``mature``
+    says what a non-converged counterfactual becomes (see ``MATURE``).
     """
     device = x_all.device
     idx = torch.randperm(x_all.shape[0], generator=rng, device=device)[:nce]
@@ -85,10 +101,13 @@ def epoch_counterfactuals(
     kwargs = {"cf_batchsize": cf_batchsize, "compile": compile} if native else {}
     found = generator.generate(model, x, target, domain=domain, mutability=mutability, **kwargs)
     neighbour = x_all[neighbours(target, u_neighbour)]
-    mature = torch.where(found.valid[:, None], found.counterfactual, neighbour)
+    if mature == "raw":
+        chosen = found.counterfactual
+    else:
+        chosen = torch.where(found.valid[:, None], found.counterfactual, neighbour)
     return CounterfactualBatch(
-        counterfactual=mature,
-        neighbour=constraints.protect_neighbours(neighbour, mature),
+        counterfactual=chosen,
+        neighbour=constraints.protect_neighbours(neighbour, chosen),
         nascent=found.nascent,
         target=target,
         label=label,

@@ -25,6 +25,7 @@ from cfbook.counterfactuals import (
     CounterfactualBatch,
     Generator,
     NeighbourSampler,
+    check_mature,
     epoch_counterfactuals,
 )
 from cfbook.device import synchronize
@@ -319,6 +320,7 @@ def counterfactual_training(
     amp: str | None = None,
     accumulate: int = 1,
     profile_epoch: int | None = None,
+    mature: str = "neighbour",
 ) -> tuple[nn.Module, TrainingLog]:
     """Train ``model`` with ``objective``; returns the model and its per-epoch log.
 
@@ -332,6 +334,13 @@ def counterfactual_training(
     ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
     ``log.meta["epoch_profile"]``.
 
+    ``mature`` chooses what a counterfactual whose search did not converge contributes:
+    ``"neighbour"`` (the CT paper's rule, the default) replaces it by its neighbour, so its
+    energy differential is exactly zero; ``"raw"`` (CT.jl's Native branch, which its GPU tutorial
+    runs) keeps the search's last iterate, valid or not. The log's meta records it as
+    ``"mature"``. Under ``"neighbour"``, an epoch in which fewer than half of the counterfactuals
+    are valid warns once (``LowValidityWarning``): the energy term is then mostly zero.
+
     Under DDP (:func:`cfbook.distributed.init_distributed` has run, each process passing its own
     sharded ``DeviceLoader``), gradients are averaged across processes, each process searches its
     share of the ``nce`` counterfactuals, the log holds figures over all processes (the epoch
@@ -339,6 +348,7 @@ def counterfactual_training(
     every process.
     """
     _check_arguments(objective, nepochs, burnin, accuracy_every, verbose, accumulate)
+    check_mature(mature)
     device = torch.device(device)
     check_amp(amp, device)
     model.to(device)
@@ -385,6 +395,7 @@ def counterfactual_training(
         "burnin_epochs": burnin_epochs,
         "generator": generator.settings() if search else None,
         "amp": amp,
+        "mature": mature if search else None,
     }
     log = TrainingLog(
         meta={**run, "nepochs": nepochs, "n_train": x_all.shape[0], "device": str(device)}
@@ -408,6 +419,7 @@ def counterfactual_training(
         verbose = 0
 
     progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
+    warned_validity = False
     for epoch in range(start, nepochs + 1):
         with profiler.over(epoch):
             t0 = time.perf_counter()
@@ -429,6 +441,7 @@ def counterfactual_training(
                         rng,
                         rows,
                         compile=None if plan is None else plan["compiled"],
+                        mature=mature,
                     )
             model.train()
             sums = _train_epoch(
@@ -461,6 +474,8 @@ def counterfactual_training(
                 )
         record = _record(epoch, acc, acc_val, time_taken, sums, cf)
         log.append(record)
+        if cf is not None and mature == "neighbour" and not warned_validity:
+            warned_validity = _warn_low_validity(record)
         if checkpoint_dir is not None and distributed.is_main():
             save_checkpoint(
                 {
@@ -480,6 +495,32 @@ def counterfactual_training(
         if callback is not None:
             callback(record)
     return model, log
+
+
+#: Below this share of valid counterfactuals, an epoch under mature="neighbour" warns.
+LOW_VALIDITY = 0.5
+
+
+class LowValidityWarning(UserWarning):
+    """Most of an epoch's counterfactuals were invalid, so CT's energy term was mostly zero."""
+
+
+def _warn_low_validity(record: EpochRecord) -> bool:
+    """Warn if ``record``'s counterfactuals were mostly invalid; True if it warned."""
+    if record.percent_valid >= LOW_VALIDITY:
+        return False
+    warnings.warn(
+        f"epoch {record.epoch}: only {record.percent_valid:.0%} of the counterfactuals were "
+        f"valid. Under mature='neighbour' (the CT paper's rule) an invalid counterfactual is "
+        f"replaced by its neighbour, so the energy differential was exactly zero for "
+        f"{1 - record.percent_valid:.0%} of them and CT trained mostly on its ridge and "
+        "adversarial terms. Let the search converge (a larger step_size or maxiter, a lower "
+        "tau or lambda_cost), or train with mature='raw' (CT.jl's Native branch). Warned once "
+        "per run.",
+        LowValidityWarning,
+        stacklevel=3,
+    )
+    return True
 
 
 def _record(

@@ -52,6 +52,11 @@ def test_compare_rounds_by_hand():
     # A round without a value on one side is left out; a clear shift is significant.
     shift = compare_rounds([1.0, 1.1, None, 0.9], [2.0, 2.1, 2.0, None])
     assert shift["rounds"] == 2 and shift["significant"] and shift["ci_high"] < 0
+    # A round whose baseline is 0 has no ratio: the reduction comes from the other rounds, the
+    # interval of differences from all of them.
+    zero = compare_rounds([1.0, 2.0, 0.5], [0.0, 4.0, 1.0])
+    assert zero["ratio_rounds"] == 2 and zero["reduction"] == pytest.approx(50.0)
+    assert zero["rounds"] == 3 and zero["ci_high"] == pytest.approx(0.985)
     with pytest.raises(ValueError, match="both sides"):
         compare_rounds([None], [1.0])
     with pytest.raises(ValueError, match="one value per round"):

@@ -16,9 +16,12 @@ from cfbook.book.figures.reproduction import (
     agreement,
     choose_length_scale,
     cost_table,
+    cost_text,
     findings,
     main_table,
+    robustness_text,
     validity_table,
+    validity_text,
 )
 from cfbook.paper.__main__ import main
 from cfbook.paper.grid import TRAININGS, Cell, Scale, cell_config, grid_cells, run_cell
@@ -95,6 +98,28 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
         assert table.count("\n") >= 3
     assert "Adult" in accuracy_table(results)
     assert findings(results, scale).startswith("Of the 6 published reductions")
+    assert validity_text(results).startswith("Our validity")
+    assert cost_text(results).count("of our reductions have the paper's sign") == 2
+    assert robustness_text(results).startswith("Under FGSM at ε≈0.03")
+
+
+def test_validity_text_names_each_gap_beyond_the_tolerance():
+    results = {
+        "data": {
+            "adult": {
+                "validity": {
+                    "unconstrained": {"full": 0.68, "vanilla": 0.5},
+                    "protected": {"full": 0.7, "vanilla": 0.99},
+                }
+            }
+        }
+    }
+    # The paper: 0.68 / 0.99 unconstrained, 0.7 / 0.99 protected; only BL unconstrained is off.
+    text = validity_text(results)
+    assert text == (
+        "Our validity differs from the paper's by more than 0.1 in 1 places: Adult BL (no "
+        "constraints): paper 0.99, ours 0.50."
+    )
 
 
 def test_a_finished_cell_is_reused_and_other_settings_are_refused(smoke, capsys):

@@ -33,7 +33,7 @@ from cfbook.book.site.quarto import find_quarto, quarto_version
 from cfbook.book.stages import (
     TRAINING_MODES,
     evaluation_path,
-    load_comparison_logs,
+    load_comparison_runs,
     load_evaluation,
     log_path,
     run_training_stage,
@@ -157,7 +157,7 @@ def test_plot_mode_trains_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_missing_logs_say_which_command_to_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert load_comparison_logs("smoke", data_dir=tmp_path) is None
+    assert load_comparison_runs(SMOKE, data_dir=tmp_path) is None
     out = capsys.readouterr().out
     assert f"{tmp_path.name}/smoke/full.json" in out  # relative: no machine paths in the book
     assert f"python -m cfbook.pipeline --profile smoke --stages-only --data-dir {tmp_path}" in out
@@ -473,7 +473,7 @@ def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> Non
         if "application/vnd.plotly.v1+json" in o.get("data", {})
     ]
     assert len(figures) == 1
-    assert {"xaxis", "xaxis2", "xaxis3"} <= set(figures[0]["layout"])
+    assert {"xaxis", "xaxis2", "xaxis3", "xaxis4"} <= set(figures[0]["layout"])
     html = next(
         o.data["text/html"]
         for c in nb.cells

@@ -127,3 +127,13 @@ def test_measure_keeps_the_stage_log_with_its_command_and_wall_time(tmp_path):
     assert log.meta["command"] == command
     assert "data/MNIST/raw" in log.meta["data_source"]  # relative: no machine paths in the log
     assert not (data_dir / "smoke").exists()  # the profile's own logs are left alone
+
+
+def test_a_recorded_benchmark_is_summarised_by_its_targets_with_no_headings():
+    from cfbook.book.scaling import benchmark_summary
+
+    summary = benchmark_summary("calibration")  # recorded in benchmarks/RESULTS.md
+    assert summary.startswith("**Targets**\n\n| target | measured | status |")
+    assert "<details><summary>All of benchmark calibration</summary>" in summary
+    assert not any(line.startswith("#") for line in summary.splitlines())
+    assert benchmark_summary("no-such-benchmark") is None

@@ -10,6 +10,7 @@ from cfbook import (
     CounterfactualResult,
     EnergyDifferentialObjective,
     FullObjective,
+    LowValidityWarning,
     NativeGenerator,
     ReferenceGenerator,
     VanillaObjective,
@@ -317,6 +318,54 @@ def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
         assert bool(matches.any()) and bool((y[matches] == target).all())
 
 
+def _epoch_counterfactuals_of(mature: str):
+    x, y = toy_data()
+    torch.manual_seed(0)
+    model = mlp(N_FEATURES, (16,), N_CLASSES)
+    constraints = make_constraints(None, None, N_FEATURES, device="cpu")
+    generator = NativeGenerator(maxiter=8, step_size=2.0, tau=0.5)
+    args = (x, y, 40, label_levels(y), NeighbourSampler(y, N_CLASSES), constraints, None, None)
+    cf = epoch_counterfactuals(
+        model, generator, *args, None, torch.Generator().manual_seed(0), mature=mature
+    )
+    found = generator.generate(model, x[cf.factual_index], cf.target)
+    return cf, found
+
+
+def test_raw_semantics_keep_the_last_iterate_of_every_search():
+    raw, found = _epoch_counterfactuals_of("raw")
+    neighbour, _ = _epoch_counterfactuals_of("neighbour")
+    assert 0 < int(raw.valid.sum()) < 40  # both valid and invalid rows
+    # "raw": every row is the search's result, the invalid ones included (CT.jl's Native
+    # branch); "neighbour": the invalid rows are their neighbours instead.
+    assert torch.allclose(raw.counterfactual, found.counterfactual)
+    invalid = ~raw.valid
+    assert torch.equal(neighbour.counterfactual[invalid], neighbour.neighbour[invalid])
+    assert not torch.allclose(raw.counterfactual[invalid], neighbour.counterfactual[invalid])
+    assert torch.equal(raw.counterfactual[raw.valid], neighbour.counterfactual[raw.valid])
+    with pytest.raises(ValueError, match="mature must be one of 'neighbour', 'raw'"):
+        toy_run(FullObjective(), nepochs=1, mature="last")
+
+
+def test_mostly_invalid_counterfactuals_warn_once_under_the_neighbour_rule():
+    # One step of 0.01 towards tau 0.99: no search converges.
+    hopeless = NativeGenerator(maxiter=1, step_size=0.01, tau=0.99)
+    with pytest.warns(LowValidityWarning, match=r"only 0% of the counterfactuals") as caught:
+        _, log = toy_run(FullObjective(), hopeless, nepochs=3, nce=30)
+    assert len([w for w in caught if w.category is LowValidityWarning]) == 1  # once per run
+    assert log.meta["mature"] == "neighbour"
+    assert all(r.percent_valid == 0 and r.implaus == 0 for r in log)  # the no-op it warns about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LowValidityWarning)
+        _, raw = toy_run(FullObjective(), hopeless, nepochs=3, nce=30, mature="raw")
+        # Searches that mostly converge (87 % and 97 % valid): no warning.
+        toy_run(FullObjective(), NativeGenerator(maxiter=30, step_size=2.0, tau=0.5), nce=30)
+        toy_run(VanillaObjective(), hopeless, nepochs=2)  # no search at all: no warning
+    assert raw.meta["mature"] == "raw"
+    # Under "raw" the energy differential is trained on even though nothing is valid.
+    assert all(r.percent_valid == 0 and r.implaus != 0 for r in raw)
+
+
 def test_neighbour_sampler_draws_from_the_target_class():
     y = torch.tensor([2, 0, 1, 2, 2, 0, 1, 1, 2])
     sampler = NeighbourSampler(y, 4)  # class 3 has no samples
@@ -525,6 +574,8 @@ def test_full_training_lowers_the_energy_differential_on_mnist(tmp_path):
     model = mlp(hidden=(64,))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # Its first search epochs are mostly invalid: the warning is expected there.
+        warnings.simplefilter("ignore", LowValidityWarning)
         _, log = counterfactual_training(
             FullObjective(),
             model,

@@ -228,6 +228,23 @@ def stored_benchmark(name: str, kind: str = "cpu") -> str | None:
     return found.group(1).strip() if found else None
 
 
+def benchmark_summary(name: str, kind: str = "cpu") -> str | None:
+    """A recorded benchmark for a chapter: its targets table, then the whole block folded away
+    in a ``<details>`` element, headings turned into bold lines so that they stay out of the
+    page's table of contents. None if it was never recorded."""
+    block = stored_benchmark(name, kind)
+    if block is None:
+        return None
+    plain = "\n".join(
+        f"**{line.lstrip('#').strip()}**" if line.startswith("#") else line
+        for line in block.splitlines()
+    )
+    targets = plain[plain.index("**Targets**") :] if "**Targets**" in plain else ""
+    return (
+        f"{targets}\n\n<details><summary>All of benchmark {name}</summary>\n\n{plain}\n\n</details>"
+    )
+
+
 def device_comparison_markdown(
     data_dir: str | Path | None = None, profiles: tuple[str, ...] = ("cpu", "tutorial")
 ) -> str:

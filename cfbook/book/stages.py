@@ -8,6 +8,7 @@ never inherits the first one's fragmented accelerator memory.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from cfbook.book.profiles import Profile, check_mode
 from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
+from cfbook.evaluation.paper_protocol import paper_evaluate
 from cfbook.evaluation.protocol import EVALUATION_FORMAT, evaluate
 from cfbook.log import TrainingLog, load_log, save_log
 from cfbook.models import build_model
@@ -27,9 +29,12 @@ from cfbook.training import counterfactual_training
 __all__ = [
     "TRAINING_MODES",
     "evaluation_path",
-    "load_comparison_logs",
+    "load_comparison_runs",
     "load_evaluation",
     "load_evaluations",
+    "load_paired_evaluation",
+    "paired_evaluation_path",
+    "run_paired_evaluation",
     "log_path",
     "profile_data",
     "profile_dir",
@@ -71,6 +76,11 @@ def weights_path(data_dir: str | Path | None, profile_name: str, mode: str, run:
 def evaluation_path(data_dir: str | Path | None, profile_name: str, mode: str) -> Path:
     """Where the stage ``mode`` saves the evaluation of all its runs."""
     return profile_dir(data_dir, profile_name) / f"{_training_mode(mode)}-evaluation.json"
+
+
+def paired_evaluation_path(data_dir: str | Path | None, profile_name: str) -> Path:
+    """Where the paper-protocol comparison of both stages' runs, seed by seed, is saved."""
+    return profile_dir(data_dir, profile_name) / "paired-evaluation.json"
 
 
 def stage_outputs(data_dir: str | Path | None, profile: Profile, mode: str) -> list[Path]:
@@ -135,6 +145,7 @@ def _train_run(
         accuracy_every=profile.accuracy_every,
         val_loader=data.val_loader(),
         checkpoint_dir=checkpoint_dir,
+        mature=profile.mature,
         **training,
     )
     log.meta.update(
@@ -211,9 +222,83 @@ def run_training_stage(
     atomic_write_text(path, json.dumps(result, indent=1))
     print(f"Saved the {mode} evaluation to {display_path(path, root)}")
     # Hand the accelerator's cached blocks back before the kernel moves on or exits.
-    del trained, models, data
+    del trained, models
+    run_paired_evaluation(profile, device=device, data_dir=root, data=data)
+    del data
     free_cached_memory(device)
     return log
+
+
+def _trained_runs(root: Path, profile: Profile, mode: str) -> bool:
+    """Whether every run of ``mode`` has weights and a log of this very profile."""
+    for run in range(1, profile.runs + 1):
+        log, weights = (
+            log_path(root, profile.name, mode, run),
+            weights_path(root, profile.name, mode, run),
+        )
+        if not (log.is_file() and weights.is_file()):
+            return False
+        if load_log(log).meta.get("config") != profile.config():
+            return False
+    return True
+
+
+def run_paired_evaluation(
+    profile: Profile,
+    *,
+    device: str | torch.device,
+    data_dir: str | Path | None = None,
+    data: MNISTData | None = None,
+) -> Path | None:
+    """The paper's protocol on both objectives, seed by seed (CT run k against baseline run k),
+    on the held-out digits, once both stages have trained this profile; the second stage to
+    finish runs it. Returns the file written, or None (and says why) if a stage is missing."""
+    root = Path(data_dir) if data_dir is not None else find_data_dir()
+    missing = [m for m in TRAINING_MODES if not _trained_runs(root, profile, m)]
+    if missing:
+        print(f"Paired evaluation waits for the {' and '.join(missing)} stage of this profile.")
+        return None
+    device = torch.device(device)
+    if data is None:
+        data, _ = profile_data(profile, device=device, data_dir=root)
+    seeds = profile.run_seeds()
+    evaluations = []
+    for run, seed in enumerate(seeds, start=1):
+        models = {}
+        for mode in TRAINING_MODES:
+            model = build_model(profile.model).to(device)
+            state = torch.load(
+                weights_path(root, profile.name, mode, run), map_location=device, weights_only=True
+            )
+            model.load_state_dict(state)
+            models[mode] = model.eval()
+        protocol = replace(profile.paired, seed=seed)
+        evaluations.append(
+            paper_evaluate(models, data.x_val, data.y_val, protocol, domain=(-1.0, 1.0))
+        )
+        print(f"Paired evaluation of run {run}/{len(seeds)} done", flush=True)
+    result = {
+        "format": "cfbook-paired-evaluation",
+        "meta": {"profile": profile.name, "config": profile.config(), "seeds": seeds},
+        "runs": evaluations,
+    }
+    path = paired_evaluation_path(root, profile.name)
+    atomic_write_text(path, json.dumps(result, indent=1))
+    print(f"Saved the paired evaluation to {display_path(path, root)}")
+    return path
+
+
+def load_paired_evaluation(
+    profile_name: str, *, data_dir: str | Path | None = None
+) -> dict[str, Any] | None:
+    """The paired evaluation of ``profile_name``, or None after saying which command makes it."""
+    path = paired_evaluation_path(data_dir, profile_name)
+    if _missing([path], profile_name, data_dir):
+        return None
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if result.get("format") != "cfbook-paired-evaluation":
+        raise ValueError(f"{path} is not a cfbook paired evaluation")
+    return result
 
 
 def load_evaluation(path: str | Path) -> dict[str, Any]:
@@ -247,16 +332,19 @@ def _missing(paths: list[Path], profile_name: str, data_dir: str | Path | None) 
     return bool(missing)
 
 
-def load_comparison_logs(
-    profile_name: str, *, data_dir: str | Path | None = None
-) -> tuple[TrainingLog, TrainingLog] | None:
-    """Both first-run logs of ``profile_name``, or ``None`` after saying which command makes
-    them."""
-    paths = [log_path(data_dir, profile_name, mode) for mode in TRAINING_MODES]
-    if _missing(paths, profile_name, data_dir):
+def load_comparison_runs(
+    profile: Profile, *, data_dir: str | Path | None = None
+) -> tuple[list[TrainingLog], list[TrainingLog]] | None:
+    """Every run's log of both stages of ``profile`` (CT first), or ``None`` after saying which
+    command makes them."""
+    paths = {
+        mode: [log_path(data_dir, profile.name, mode, run) for run in range(1, profile.runs + 1)]
+        for mode in TRAINING_MODES
+    }
+    if _missing([p for ps in paths.values() for p in ps], profile.name, data_dir):
         return None
-    log_full, log_vanilla = (load_log(p) for p in paths)
-    return log_full, log_vanilla
+    full, vanilla = ([load_log(p) for p in paths[mode]] for mode in TRAINING_MODES)
+    return full, vanilla
 
 
 def load_evaluations(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+_NAN = torch.tensor(float("nan"), dtype=torch.float64)
+
 
 @dataclass(frozen=True)
 class Round:
@@ -75,16 +77,18 @@ def compare_rounds(
     if not pairs:
         raise ValueError("no round has a value on both sides")
     a, b = (torch.tensor(side, dtype=torch.float64) for side in zip(*pairs, strict=True))
-    ratio = a / b
+    # A round whose baseline figure is 0 (an MMD² at a tiny length scale) has no ratio; the
+    # reduction and its SE come from the other rounds (NaN if none is left).
+    ratio = a[b != 0] / b[b != 0]
     tail = (1.0 - level) / 2
     q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64)
     low, high = torch.quantile(a - b, q)
-    r_low, r_high = torch.quantile((1.0 - ratio) * 100, q)
+    r_low, r_high = torch.quantile((1.0 - ratio) * 100, q) if ratio.numel() else (_NAN, _NAN)
     se = float(ratio.std()) * 100 if ratio.numel() > 1 else float("nan")
     return {
         "ct": float(a.mean()),
         "baseline": float(b.mean()),
-        "reduction": -(float(ratio.mean()) - 1.0) * 100,
+        "reduction": -(float(ratio.mean()) - 1.0) * 100 if ratio.numel() else float("nan"),
         "se": se,
         "ci_low": float(low),
         "ci_high": float(high),
@@ -92,4 +96,5 @@ def compare_rounds(
         "reduction_low": float(r_low),
         "reduction_high": float(r_high),
         "rounds": len(pairs),
+        "ratio_rounds": ratio.numel(),
     }

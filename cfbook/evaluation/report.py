@@ -3,9 +3,12 @@ numbers so the chapter says what held and what did not for whichever run produce
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cfbook.evaluation.bootstrap import compare_rounds
 from cfbook.evaluation.protocol import mean_se
 
 #: Label and direction of each counterfactual measure (True: higher is better).
@@ -58,21 +61,13 @@ def _check_pair(full: dict[str, Any], vanilla: dict[str, Any]) -> None:
         raise ValueError("the two evaluations used different protocols; re-run both stages")
 
 
-def compare_quality(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Comparison]:
-    """Validity, cost, IP and IP* pooled over the energy weights, CT against the baseline."""
-    _check_pair(full, vanilla)
-    rows = []
-    for key, (label, higher) in MEASURE_LABELS.items():
-        changes = [
-            _change(a["pooled"][key], b["pooled"][key], higher)
-            for a, b in zip(full["runs"], vanilla["runs"], strict=True)
-        ]
-        rows.append(
-            Comparison(
-                key, label, higher, full["summary"][key], vanilla["summary"][key], mean_se(changes)
-            )
-        )
-    return rows
+def _accuracy_change(pairs: list[tuple[float, float]]) -> dict[str, Any]:
+    """The relative change of an accuracy (mean and SE over the seeds) and, under ``"pp"``, each
+    seed's difference CT minus baseline in percentage points."""
+    return {
+        **mean_se([_change(ct, base, True) for ct, base in pairs]),
+        "pp": [100.0 * (ct - base) for ct, base in pairs],
+    }
 
 
 def compare_robustness(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Comparison]:
@@ -87,7 +82,7 @@ def compare_robustness(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Co
             True,
             full["robustness"]["summary"]["clean"],
             vanilla["robustness"]["summary"]["clean"],
-            mean_se([_change(x["clean"], y["clean"], True) for x, y in pairs]),
+            _accuracy_change([(x["clean"], y["clean"]) for x, y in pairs]),
         )
     ]
     for attack in ("fgsm", "pgd"):
@@ -99,7 +94,7 @@ def compare_robustness(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Co
                     True,
                     full["robustness"]["summary"][attack][eps],
                     vanilla["robustness"]["summary"][attack][eps],
-                    mean_se([_change(x[attack][eps], y[attack][eps], True) for x, y in pairs]),
+                    _accuracy_change([(x[attack][eps], y[attack][eps]) for x, y in pairs]),
                 )
             )
     return rows
@@ -120,64 +115,152 @@ def _pct(stat: dict[str, Any]) -> str:
 
 
 def comparison_table(rows: list[Comparison]) -> str:
-    """Markdown: CT, baseline and the change in the paper's convention (positive = CT better)."""
+    """Markdown: CT, baseline and the change, positive = CT better: in percentage points for
+    accuracies (rows that carry per-seed ``pp`` differences), in relative % otherwise."""
     lines = [
         "| measure | CT | baseline | change (positive: CT better) |",
         "|---|---:|---:|---:|",
     ]
     for row in rows:
         direction = "higher" if row.higher_is_better else "lower"
+        if "pp" in row.change:
+            stat = mean_se(row.change["pp"])
+            change = "n/a" if stat["mean"] is None else f"{stat['mean']:+.1f} pp"
+            if stat["se"] is not None:
+                change += f" ± {stat['se']:.1f}"
+        else:
+            change = _pct(row.change)
         lines.append(
             f"| {row.label} ({direction} is better) | {_value(row.ct)} | "
-            f"{_value(row.baseline)} | {_pct(row.change)} |"
+            f"{_value(row.baseline)} | {change} |"
         )
     return "\n".join(lines)
 
 
-def _verdict(row: Comparison) -> str:
-    if row.ct_better is None:
-        return f"**{row.label}:** not measured (no valid counterfactual entered it)."
-    if abs(row.change["mean"]) < 0.05:
-        return f"**{row.label}:** the same for both models ({_value(row.ct)})."
-    better = "better" if row.ct_better else "worse"
-    strength = (
-        "clearly, by more than twice the standard error"
-        if row.clear
-        else "but within the run-to-run noise"
-        if row.change["se"] is not None
-        else "from a single run, so without an error estimate"
-    )
-    return (
-        f"**{row.label}:** CT is {better} by {abs(row.change['mean']):.1f} % "
-        f"({_value(row.ct)} against {_value(row.baseline)}), {strength}."
-    )
+def clear_difference(diffs: Sequence[float]) -> bool:
+    """Whether per-seed differences make a difference: every seed agrees on its sign and the
+    mean exceeds twice its standard error over the seeds (one seed: never)."""
+    stat = mean_se(list(diffs))
+    if stat["se"] is None:
+        return False
+    same_sign = all(d > 0 for d in diffs) or all(d < 0 for d in diffs)
+    return same_sign and abs(stat["mean"]) > 2 * stat["se"]
 
 
-def evaluation_text(quality: list[Comparison], robustness: list[Comparison]) -> str:
-    """Paragraphs that say, from the numbers, what counterfactual training bought and cost."""
-    by_key = {row.key: row for row in (*quality, *robustness)}
-    paragraphs = []
-    ip = by_key["ip"]
-    if ip.ct_better and ip.clear:
-        paragraphs.append(
-            "**The claim held here:** the counterfactuals of the CT model lie closer to real "
-            "digits of their target class (lower IP) than the baseline's, searched with the same "
-            "generator from the same factuals."
+# The paired evaluation's measures (all distances: lower is better), in the chapter's order.
+PAIRED_MEASURES = {
+    "ip": "IP (L1 to target-class digits)",
+    "ip_star_5": "IP* (MMD², length scale 5)",
+    "ip_star_0.5": "IP* (MMD², length scale 0.5)",
+    "cost": "cost (L1 from the factual)",
+}
+
+
+def paired_comparison(paired: dict[str, Any]) -> dict[str, Any]:
+    """CT against the baseline under the paper's protocol, the rounds of every seed pooled (as
+    CT.jl's tables compare them: ``compare_rounds``), plus each model's mean validity."""
+    runs = paired["runs"]
+    pooled = {
+        m: {k: [v for r in runs for v in r["per_round"][m][k]] for k in runs[0]["per_round"][m]}
+        for m in ("full", "vanilla")
+    }
+    out: dict[str, Any] = {
+        "seeds": len(runs),
+        "rounds": len(pooled["full"]["validity"]),
+        "validity": {m: mean_se(pooled[m]["validity"])["mean"] for m in pooled},
+    }
+    for key in PAIRED_MEASURES:
+        try:
+            out[key] = compare_rounds(pooled["full"][key], pooled["vanilla"][key])
+        except ValueError:
+            out[key] = None
+    return out
+
+
+def paired_table(c: dict[str, Any]) -> str:
+    """Markdown: each measure's means, the reduction (positive: CT better) and the interval."""
+    lines = [
+        "| measure (lower is better) | CT | baseline | reduction, % ± SE (positive: CT better) "
+        "| 99 % interval of CT − baseline | significant |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for key, label in PAIRED_MEASURES.items():
+        r = c[key]
+        if r is None:
+            lines.append(f"| {label} | n/a | n/a | n/a | n/a | no valid counterfactuals |")
+            continue
+        reduction = (
+            f"{r['reduction']:+.1f} ± {r['se']:.1f}"
+            if math.isfinite(r["reduction"]) and math.isfinite(r["se"])
+            else "n/a (baseline 0)"
         )
-    elif ip.ct_better:
-        paragraphs.append(
-            "**The claim is not settled here:** the CT model's counterfactuals lie slightly "
-            "closer to real digits of their target class (lower IP) than the baseline's, but by "
-            "less than the runs can tell apart from chance."
+        lines.append(
+            f"| {label} | {r['ct']:.4g} | {r['baseline']:.4g} | {reduction} | "
+            f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] | {'yes' if r['significant'] else 'no'} |"
         )
-    elif ip.ct_better is False:
-        paragraphs.append(
-            "**The claim did not hold here:** the CT model's counterfactuals are not closer to "
-            "real digits of their target class than the baseline's (IP)."
+    v = c["validity"]
+    lines.append(f"| validity (higher is better) | {v['full']:.3f} | {v['vanilla']:.3f} | | | |")
+    return "\n".join(lines)
+
+
+def paired_text(c: dict[str, Any]) -> str:
+    """What the paired evaluation says about plausibility and cost, from its intervals."""
+    where = f"{c['seeds']} seed{'s' if c['seeds'] != 1 else ''}, {c['rounds']} rounds in all"
+    ip = c["ip"]
+    if ip is None:
+        return f"**Plausibility:** no valid counterfactuals to measure ({where})."
+    if ip["significant"] and ip["reduction"] > 0:
+        head = (
+            "**The claim held here:** CT's valid counterfactuals lie closer to real digits of "
+            f"their target class (IP {ip['reduction']:+.1f} %), and the 99 % interval of the "
+            "difference excludes zero"
         )
-    paragraphs += [_verdict(by_key[key]) for key in ("ip", "ip_star", "cost", "validity")]
-    paragraphs.append(_verdict(by_key["clean"]))
-    fgsm = by_key.get(f"fgsm_{ATTACK_EPS}")
-    if fgsm is not None:
-        paragraphs.append(_verdict(fgsm))
-    return "\n\n".join(paragraphs)
+    elif ip["significant"]:
+        head = (
+            "**The claim did not hold here:** CT's valid counterfactuals lie farther from real "
+            f"digits of their target class (IP {ip['reduction']:+.1f} %), significantly"
+        )
+    else:
+        head = (
+            f"**The claim is not settled here:** IP changes by {ip['reduction']:+.1f} %, but the "
+            "99 % interval of the difference includes zero"
+        )
+    parts = [f"{head} ({where})."]
+    v = c["validity"]
+    if abs(v["full"] - v["vanilla"]) > 0.1:
+        parts.append(
+            f"Validity differs: {v['full']:.0%} of CT's test-time searches reach their target, "
+            f"against {v['vanilla']:.0%} of the baseline's, so the other measures average over "
+            "different factuals (CT's easier ones)."
+        )
+    for key in ("ip_star_5", "cost"):
+        r = c[key]
+        if r is None:
+            continue
+        verdict = "significant" if r["significant"] else "not significant"
+        parts.append(f"{PAIRED_MEASURES[key]}: {r['reduction']:+.1f} %, {verdict}.")
+    return " ".join(parts)
+
+
+def robustness_text(robustness: list[Comparison], eps: str = ATTACK_EPS) -> str:
+    """Accuracy, clean and under FGSM at ``eps``, CT minus baseline in percentage points over
+    the seeds (models pair by seed), called a difference only by ``clear_difference``."""
+    out = []
+    for row in robustness:
+        if row.key not in ("clean", f"fgsm_{eps}"):
+            continue
+        diffs = row.change.get("pp", [])
+        if not diffs:
+            continue
+        stat = mean_se(diffs)
+        spread = "" if stat["se"] is None else f" ± {stat['se']:.1f}"
+        verdict = (
+            ("higher with CT" if stat["mean"] > 0 else "lower with CT")
+            if clear_difference(diffs)
+            else "comparable within the spread between seeds"
+        )
+        out.append(
+            f"**{row.label}:** CT minus baseline {stat['mean']:+.1f}{spread} percentage points "
+            f"({', '.join(f'{d:+.1f}' for d in diffs)} per seed): {verdict}."
+        )
+    return "\n\n".join(out)

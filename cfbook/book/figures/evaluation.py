@@ -9,8 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cfbook.book.figures.training import COLOURS, TEMPLATE
-from cfbook.evaluation.protocol import MEASURES, decode_levels
-from cfbook.evaluation.report import MEASURE_LABELS
+from cfbook.evaluation.protocol import decode_levels
 
 NAMES = {"full": "CT", "vanilla": "baseline"}
 _IMAGE_SCALE = [[0, "white"], [1, "black"]]
@@ -99,39 +98,6 @@ def _errors(stats: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "data", "array": [s["se"] or 0.0 for s in stats], "visible": True}
 
 
-def quality_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
-    """Validity, cost, IP and IP* against the search's energy weight, CT and baseline, with
-    standard errors over runs."""
-    fig = make_subplots(rows=1, cols=4, subplot_titles=[MEASURE_LABELS[m][0] for m in MEASURES])
-    for mode, result in (("full", full), ("vanilla", vanilla)):
-        weights = list(result["summary"]["per_lambda"])
-        for col, measure in enumerate(MEASURES, start=1):
-            stats = [result["summary"]["per_lambda"][w][measure] for w in weights]
-            fig.add_trace(
-                go.Scatter(
-                    x=[float(w) for w in weights],
-                    y=[s["mean"] for s in stats],
-                    error_y=_errors(stats),
-                    name=NAMES[mode],
-                    legendgroup=mode,
-                    showlegend=col == 1,
-                    mode="lines+markers",
-                    line={"color": COLOURS[mode]},
-                    hovertemplate=f"{NAMES[mode]}<br>weight %{{x}}: %{{y:.3f}}<extra></extra>",
-                ),
-                row=1,
-                col=col,
-            )
-    fig.update_xaxes(type="log", title_text="energy weight")
-    fig.update_layout(
-        template=TEMPLATE,
-        height=360,
-        margin={"t": 60, "b": 40},
-        legend={"orientation": "h", "y": -0.25},
-    )
-    return fig
-
-
 def robustness_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
     """Accuracy against the attack's epsilon (0: clean), FGSM and PGD, CT and baseline."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=["FGSM", "PGD"], shared_yaxes=True)
@@ -161,3 +127,29 @@ def robustness_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figur
     fig.update_yaxes(title_text="accuracy", row=1, col=1)
     fig.update_layout(template=TEMPLATE, height=380, margin={"t": 60, "b": 40})
     return fig
+
+
+def gallery_text(full: dict[str, Any], vanilla: dict[str, Any], threshold: int = 26) -> str:
+    """What the gallery shows, from its pixels: per model, how many of the ten counterfactuals
+    are valid, how many pixels each search changed by more than ``threshold`` of 255 levels
+    (a tenth of the ink range), and by how much ink on average."""
+    _check_gallery(full, vanilla)
+    parts = []
+    for name, result in (("CT", full), ("baseline", vanilla)):
+        g = result["gallery"]
+        before = decode_levels(g["factual"]).float()
+        after = decode_levels(g["counterfactual"]).float()
+        change = (after - before).abs()
+        changed = (change > threshold).sum(1).float()
+        ink = change.sum(1) / 255 * 2  # L1 distance in the [-1, 1] units of the domain
+        parts.append(
+            f"the {name} model's searches reached their target for {sum(g['valid'])} of "
+            f"{len(g['valid'])} digits, changing {changed.mean():.0f} pixels per digit on average "
+            f"(median {changed.median():.0f}) for an L1 change of {ink.mean():.1f}"
+        )
+    return (
+        "In the gallery, "
+        + "; ".join(parts)
+        + f". A pixel counts as changed when it moved by more than {threshold} of 255 ink "
+        "levels; L1 is in the units of the [-1, 1] domain, summed over the 784 pixels."
+    )

@@ -1,0 +1,262 @@
+"""The comparison of both objectives over all their training seeds: a figure with each measure's
+mean and spread, and text whose verdicts follow from statistics that answer the question.
+
+Conventions, stated on every table and sentence: accuracy differences in percentage points,
+changes of distances in relative %, positive = CT better. A difference is called a difference
+only when every seed agrees on its sign and the mean exceeds twice its standard error over the
+seeds; otherwise the two are "comparable".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cfbook.book.figures.training import BURNIN_COLOUR, COLOURS, TEMPLATE
+from cfbook.evaluation.report import clear_difference
+from cfbook.log import TrainingLog
+
+LAST_EPOCHS = 3  # accuracy is compared over the last this many recorded epochs of each seed
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _se(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+def _burnin(logs: Sequence[TrainingLog]) -> int:
+    return int(logs[0].meta.get("burnin_epochs", 0))
+
+
+def _late(log: TrainingLog, field: str, last: int) -> float | None:
+    values = [getattr(r, field) for r in log if getattr(r, field) is not None]
+    return _mean(values[-last:])
+
+
+def seeds_summary(
+    full: Sequence[TrainingLog], vanilla: Sequence[TrainingLog], last: int = LAST_EPOCHS
+) -> dict[str, Any]:
+    """The numbers the comparison chapter quotes, over every seed (run k of CT against run k of
+    the baseline, which start from the same weights and see the same batches)."""
+    if not full or len(full) != len(vanilla):
+        raise ValueError(f"need as many CT as baseline runs, got {len(full)} and {len(vanilla)}")
+    burnin = _burnin(full)
+    post = {
+        name: [_mean([r.time_taken for r in log if r.epoch > burnin]) for log in logs]
+        for name, logs in (("full", full), ("vanilla", vanilla))
+    }
+    acc = {
+        name: [_late(log, "acc_val", last) for log in logs]
+        for name, logs in (("full", full), ("vanilla", vanilla))
+    }
+    acc_diffs = [
+        100 * (a - b)
+        for a, b in zip(acc["full"], acc["vanilla"], strict=True)
+        if None not in (a, b)
+    ]
+    cf = [[r for r in log if r.epoch > burnin and r.implaus is not None] for log in full]
+    valid = [_mean([r.percent_valid for r in epochs]) for epochs in cf]
+    # The trend of the energy differential over the valid counterfactuals, first to last search
+    # epoch, as a relative change (positive: it fell, i.e. CT better); and how much the average
+    # over all counterfactuals fell, to show when that average tells another story.
+    trends, trends_all = [], []
+    for epochs in cf:
+        iv = [r.implaus_valid for r in epochs if r.implaus_valid is not None]
+        if len(iv) >= 2 and iv[0] != 0:
+            trends.append(100 * (iv[0] - iv[-1]) / abs(iv[0]))
+        ia = [r.implaus for r in epochs]
+        if len(ia) >= 2:
+            trends_all.append(ia[0] - ia[-1])  # absolute: it often starts at exactly 0
+    return {
+        "seeds": [log.meta.get("seed") for log in full],
+        "mature": full[0].meta.get("mature"),
+        "nepochs": len(full[0]),
+        "burnin_epochs": burnin,
+        "time_full": _mean([t for t in post["full"] if t is not None]),
+        "time_vanilla": _mean([t for t in post["vanilla"] if t is not None]),
+        "acc_full": acc["full"],
+        "acc_vanilla": acc["vanilla"],
+        "acc_diffs_pp": acc_diffs,
+        "valid_per_seed": valid,
+        "implaus_valid_trend_pct": trends,
+        "implaus_fall": trends_all,
+        "last_epochs": last,
+    }
+
+
+def _spread(values: Sequence[float], unit: str, digits: int = 1) -> str:
+    mean, se = _mean(values), _se(values)
+    text = f"{mean:+.{digits}f}{unit}"
+    return text if se is None else f"{text} ± {se:.{digits}f}"
+
+
+def seeds_markdown(s: dict[str, Any]) -> str:
+    """The comparison chapter's verdicts, from ``seeds_summary``."""
+    n, seeds = len(s["seeds"]), ", ".join(map(str, s["seeds"]))
+    out = [
+        f"**Runs:** {n} seed{'s' if n != 1 else ''} per objective ({seeds}), "
+        f"{s['nepochs']} epochs, the first {s['burnin_epochs']} without counterfactuals; invalid "
+        f"counterfactuals count as {'their neighbour' if s['mature'] == 'neighbour' else 'found'} "
+        f'(mature="{s["mature"]}"). Differences: percentage points for accuracy, relative % '
+        "for the energy differential; positive = CT better."
+    ]
+    if s["time_full"] and s["time_vanilla"]:
+        out.append(
+            f"**Cost:** after burn-in an epoch took {s['time_full']:.1f} s with CT against "
+            f"{s['time_vanilla']:.1f} s for the baseline ({s['time_full'] / s['time_vanilla']:.1f} "
+            "times as long), averaged over the seeds."
+        )
+    diffs = s["acc_diffs_pp"]
+    if diffs:
+        per_seed = ", ".join(f"{d:+.1f}" for d in diffs)
+        if clear_difference(diffs):
+            verdict = "higher with CT" if sum(diffs) > 0 else "lower with CT"
+        else:
+            verdict = "comparable: the difference is within the spread between seeds"
+        out.append(
+            f"**Accuracy:** held-out accuracy over the last {s['last_epochs']} recorded epochs, CT "
+            f"minus baseline: {_spread(diffs, ' pp')} over the seeds ({per_seed} pp): {verdict}."
+        )
+    valid = [v for v in s["valid_per_seed"] if v is not None]
+    if valid:
+        out.append(
+            f"**Search:** after burn-in {100 * _mean(valid):.0f} % of the training-time "
+            f"counterfactuals were valid on average (per seed: "
+            f"{', '.join(f'{100 * v:.0f} %' for v in valid)})."
+        )
+    trends = s["implaus_valid_trend_pct"]
+    if not trends:
+        out.append(
+            "**Plausibility:** too few valid counterfactuals to follow the energy differential "
+            "over the valid ones; this run says nothing about plausibility."
+        )
+    else:
+        per_seed = ", ".join(f"{t:+.0f}" for t in trends)
+        if clear_difference(trends):
+            verdict = (
+                "it fell in every seed: the model gives the counterfactuals that reach their "
+                "target less evidence relative to real target-class samples"
+                if sum(trends) > 0
+                else "it rose in every seed: plausibility did not improve"
+            )
+        else:
+            verdict = "no consistent change across the seeds"
+        text = (
+            f"**Plausibility:** the energy differential over the valid counterfactuals changed by "
+            f"{_spread(trends, ' %', 0)} from the first to the last search epoch ({per_seed} %; "
+            f"positive = fell): {verdict}."
+        )
+        all_trends = s["implaus_fall"]
+        if all_trends and (sum(all_trends) > 0) != (sum(trends) > 0):
+            text += (
+                " Over all counterfactuals (an invalid one counting 0) it moved the other way: "
+                "that average follows the share of valid searches, not plausibility."
+            )
+        out.append(text)
+    return "\n\n".join(out)
+
+
+def _band(
+    fig: go.Figure,
+    logs: Sequence[TrainingLog],
+    field: str,
+    key: str,
+    name: str,
+    row: int,
+    col: int,
+    legend: bool,
+) -> None:
+    epochs = sorted({r.epoch for log in logs for r in log if getattr(r, field) is not None})
+    rows = [
+        [
+            getattr(r, field)
+            for log in logs
+            for r in log
+            if r.epoch == e and getattr(r, field) is not None
+        ]
+        for e in epochs
+    ]
+    mean = [sum(v) / len(v) for v in rows]
+    colour = COLOURS[key]
+    fig.add_trace(
+        go.Scatter(
+            x=epochs + epochs[::-1],
+            y=[max(v) for v in rows] + [min(v) for v in rows][::-1],
+            fill="toself",
+            fillcolor=colour,
+            opacity=0.2,
+            line={"width": 0},
+            hoverinfo="skip",
+            showlegend=False,
+            legendgroup=key,
+        ),
+        row,
+        col,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=epochs,
+            y=mean,
+            name=name,
+            legendgroup=key,
+            showlegend=legend,
+            mode="lines+markers",
+            line={"color": colour, "width": 2},
+            marker={"size": 5},
+            hovertemplate=f"{name}<br>epoch %{{x}}: %{{y:.3f}}<extra></extra>",
+        ),
+        row,
+        col,
+    )
+
+
+def seeds_figure(full: Sequence[TrainingLog], vanilla: Sequence[TrainingLog]) -> go.Figure:
+    """Four panels over the epochs, each objective's mean over seeds with the min-max band:
+    time per epoch, held-out accuracy, the share of valid counterfactuals and the energy
+    differential over the valid ones (the last two: CT only)."""
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        subplot_titles=(
+            "Wall-clock time per epoch (s)",
+            "Held-out accuracy",
+            "Valid training-time counterfactuals (share)",
+            "Energy differential, valid counterfactuals (logit units)",
+        ),
+        vertical_spacing=0.16,
+    )
+    for key, name, logs in (
+        ("full", "CT (full objective)", full),
+        ("vanilla", "baseline", vanilla),
+    ):
+        _band(fig, logs, "time_taken", key, name, 1, 1, True)
+        _band(fig, logs, "acc_val", key, name, 1, 2, False)
+    cf_logs = [TrainingLog([r for r in log if r.implaus is not None], log.meta) for log in full]
+    if any(len(log) for log in cf_logs):
+        _band(fig, cf_logs, "percent_valid", "full", "CT", 2, 1, False)
+        if any(r.implaus_valid is not None for log in cf_logs for r in log):
+            _band(fig, cf_logs, "implaus_valid", "full", "CT", 2, 2, False)
+    burnin = _burnin(full)
+    fig.add_vline(x=burnin + 0.5, line={"dash": "dash", "color": BURNIN_COLOUR, "width": 1})
+    fig.update_xaxes(title_text="epoch")
+    fig.update_yaxes(title_text="seconds", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=1, col=2)
+    fig.update_yaxes(title_text="share valid", range=[0, 1.05], row=2, col=1)
+    fig.update_yaxes(title_text="z(x') - z(x+)", row=2, col=2)
+    fig.update_layout(
+        template=TEMPLATE,
+        height=640,
+        legend={"orientation": "h", "y": -0.12},
+        margin={"l": 60, "r": 20, "t": 50, "b": 60},
+    )
+    return fig
