@@ -38,6 +38,18 @@ EXPECTED_CHECKS = {
 }
 
 
+# The chapters that explain the parameters and set-up cells show them; the others hide them.
+SHOWS_MACHINERY = {"setup", "training"}
+
+
+def _options(source: str) -> tuple[set[str], str]:
+    """A cell's Quarto options (its leading ``#| key: value`` lines) and the rest of its code."""
+    lines = source.splitlines()
+    options = {line[3:].strip() for line in lines if line.startswith("#| ")}
+    rest = [line for line in lines if not line.startswith("#| ")]
+    return options, "\n".join(rest)
+
+
 def read(chapter: str) -> nbformat.NotebookNode:
     return nbformat.read(ROOT / CHAPTERS[chapter], as_version=4)
 
@@ -81,7 +93,14 @@ def test_chapter_starts_with_a_title_one_parameters_cell_and_setup(chapter):
     call = ", ".join(
         ["CT_MODE", "profile"] + (["data_dir=data_dir"] if "data_dir" in params else [])
     )
-    assert cells[1].source == f"from cfbook.book.chapter import setup\n\nchapter = setup({call})"
+    options, source = _options(cells[1].source)
+    assert source == f"from cfbook.book.chapter import setup\n\nchapter = setup({call})"
+    # The machinery is hidden on the rendered page, except where the chapter explains it.
+    if chapter in SHOWS_MACHINERY:
+        assert not options and not _options(cells[0].source)[0]
+    else:
+        assert "include: false" in _options(cells[0].source)[0], f"{chapter}: parameters shown"
+        assert options & {"include: false", "echo: false"}, f"{chapter}: set-up code shown"
     later = "\n".join(cell.source for cell in cells[2:])
     for machinery in ("resolve_parameters(", "= detect_device()"):
         assert machinery not in later, f"{chapter}: repeats the setup machinery ({machinery})"

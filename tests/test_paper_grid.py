@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cfbook.book.figures.ablation import ablation_table, ablation_text, ig_table, ig_text
 from cfbook.book.figures.reproduction import (
     accuracy_table,
     agreement,
@@ -24,8 +25,9 @@ from cfbook.book.figures.reproduction import (
     validity_text,
 )
 from cfbook.paper.__main__ import main
-from cfbook.paper.grid import TRAININGS, Cell, Scale, cell_config, grid_cells, run_cell
+from cfbook.paper.grid import ABLATION, TRAININGS, Cell, Scale, cell_config, grid_cells, run_cell
 from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, load_experiment_data
+from cfbook.search.generators import NativeGenerator
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,6 +41,11 @@ def test_the_grid_numbers_every_cell_once_in_a_stable_order():
     assert [c.index for c in part] == [c.index for c in cells if c.data == "adult"]
     with pytest.raises(ValueError, match="unknown data set 'iris'"):
         grid_cells(Scale.paper(), ["iris"])
+    # The ablation's cells come after the main grid's, which keep their numbers.
+    both = grid_cells(Scale.paper(), ablation=True)
+    assert len(both) == 9 * 5 * 3 and sorted(c.index for c in both) == list(range(135))
+    assert {c.index: c.name for c in both}[17] == "circles-full_protected-s2"
+    assert {c.index: c.name for c in both}[81] == "lin_sep-energy-s0"
 
 
 def test_settings_follow_the_papers_grid_configs():
@@ -74,14 +81,16 @@ def test_tabular_cells_train_on_the_first_n_train_rows_of_the_training_part():
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("grid")
-    assert main(["--smoke", "--data", "lin_sep,adult", "--out", str(out)]) == 0
+    args = ["--smoke", "--data", "lin_sep,adult", "--objectives", "energy,adversarial", "--ig"]
+    assert main([*args, "--out", str(out)]) == 0
     return out
 
 
 def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     names = {p.stem for p in (smoke / "cells").glob("*.json")}
+    trainings = (*TRAININGS, *ABLATION)
     assert names == {
-        f"{d}-{t}-s{s}" for d in ("lin_sep", "adult") for t in TRAININGS for s in (0, 1)
+        f"{d}-{t}-s{s}" for d in ("lin_sep", "adult") for t in trainings for s in (0, 1)
     }
     assert not (smoke / "checkpoints").exists() or not any((smoke / "checkpoints").iterdir())
     results = json.loads((smoke / "results.json").read_text())
@@ -101,6 +110,14 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     assert validity_text(results).startswith("Our validity")
     assert cost_text(results).count("of our reductions have the paper's sign") == 2
     assert robustness_text(results).startswith("Under FGSM at ε≈0.03")
+    # The ablation and IG parts, and the chapter built on them.
+    assert set(results["ablation"]) == set(results["ig"]) == {"lin_sep", "adult"}
+    assert {"full", "energy", "adversarial", "vanilla"} <= set(results["ablation"]["adult"])
+    assert results["ig"]["adult"]["rounds"] == 2 * 4
+    assert ablation_table(results).count("\n") == 1 + 2 * 4
+    assert ablation_text(results).startswith("- **IP** is significantly lower")
+    assert "| Adult | 0.48 / 0.74 |" in ig_table(results)
+    assert ig_text(results).startswith("CT trained with the protected feature immutable")
 
 
 def test_validity_text_names_each_gap_beyond_the_tolerance():
@@ -176,3 +193,67 @@ def test_the_slurm_script_prints_its_three_jobs():
     assert out.startswith("# 9 training tasks, 3 evaluation tasks, one merge")
     assert "--array=0-8" in out and "--array=0-2" in out and "--train-task" in out
     assert "afterok" in out and "--merge-only" in out
+
+
+def test_the_two_dimensional_paths_end_where_the_search_stopped(smoke):
+    from cfbook.paper.grid import _trained
+    from cfbook.paper.settings import load_experiment_data
+    from cfbook.paper.two_d import SEARCH, two_d_data
+
+    d = two_d_data("lin_sep", smoke, torch.device("cpu"))
+    data = load_experiment_data("lin_sep")
+    models = _trained("lin_sep", 0, ("vanilla", "full", "full_protected"), smoke, data, "cpu")
+    assert [p["title"] for p in d["panels"]][2] == "baseline, x1 protected"
+    for panel in d["panels"]:
+        starts = torch.tensor([path[0] for path in panel["paths"]])
+        ends = torch.tensor([path[-1] for path in panel["paths"]])
+        model = models[panel["model"]]
+        target = 1 - model(starts).argmax(1)
+        mutability = ["none", "both"] if panel["protected"] else None
+        found = NativeGenerator(**SEARCH.settings() | {"compile": False}).generate(
+            model, starts, target, domain=data.domain, mutability=mutability
+        )
+        # Both ends and starts are stored to 2 decimals: the search restarted from a rounded
+        # start ends within a few hundredths of the stored end.
+        assert torch.allclose(ends, found.counterfactual, atol=0.03)
+        if panel["protected"]:
+            assert all(len({p[0] for p in path}) == 1 for path in panel["paths"])
+            assert panel["moved_x1"] is False
+    assert len(d["panels"][0]["prob"]) == 40 and len(d["train_x"]) == 150
+
+
+def test_the_two_dimensional_text_follows_the_paths():
+    from cfbook.book.figures.two_d import two_d_figure, two_d_text
+
+    panel = {
+        "title": "CT",
+        "protected": False,
+        "prob": [[0.1, 0.9], [0.2, 0.8]],
+        "paths": [[[0.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [0.5, 1.0], [1.0, 1.0]]],
+        "valid": [True, False],
+        "path_l1": [1.0, 3.0],
+        "moved_x1": True,
+    }
+    protected = {**panel, "title": "CT, x1 protected", "protected": True, "moved_x1": False}
+    result = {
+        "data": [
+            {
+                "label": d,
+                "axes": [[0.0, 1.0], [0.0, 1.0]],
+                "train_x": [[0.0, 0.0], [1.0, 1.0]],
+                "train_y": [0, 1],
+                "panels": [panel, panel, protected, protected],
+            }
+            for d in ("LS", "Moon")
+        ]
+    }
+    text = two_d_text(result)
+    assert "- **LS**: CT: 1/2 valid, mean path length 2.00" in text
+    assert "no protected search moved x1" in text
+    fig = two_d_figure(result)
+    per_set = len(fig.data) // 2
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["LS", "Moon"]
+    assert (
+        fig.layout.updatemenus[0].buttons[1].args[0]["visible"]
+        == [False] * per_set + [True] * per_set
+    )

@@ -7,6 +7,7 @@ Examples::
     python -m cfbook.paper --cell 17 --no-merge # one training cell (a SLURM array task)
     python -m cfbook.paper --evaluate adult:0   # one evaluation, once its three cells exist
     python -m cfbook.paper --merge-only         # rebuild results.json from what is there
+    python -m cfbook.paper --objectives energy,adversarial --ig   # plus the ablation and IG
     python -m cfbook.paper --list               # the cells and their numbers
     bash scripts/slurm-paper.sh --dry-run       # the same grid as SLURM job arrays
 """
@@ -20,9 +21,18 @@ from pathlib import Path
 
 from cfbook.data import find_data_dir
 from cfbook.device import detect_device
-from cfbook.paper.grid import Scale, grid_cells, run_cell, run_evaluation
+from cfbook.paper.grid import (
+    ABLATION,
+    Scale,
+    grid_cells,
+    run_ablation,
+    run_cell,
+    run_evaluation,
+    run_ig,
+)
 from cfbook.paper.merge import merge_results
 from cfbook.paper.settings import ExperimentData, load_experiment_data
+from cfbook.paper.two_d import write_two_d
 from cfbook.progress import format_duration
 
 
@@ -41,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="run again what already has a result")
     p.add_argument("--no-merge", action="store_true", help="do not build results.json")
     p.add_argument("--merge-only", action="store_true", help="only build results.json")
+    p.add_argument(
+        "--objectives",
+        help="also the paper's ablation: energy,adversarial (each half of CT's loss on its own)",
+    )
+    p.add_argument("--ig", action="store_true", help="also integrated-gradients sensitivity")
+    p.add_argument(
+        "--two-d", action="store_true", help="write two_d.json for the two-dimensional chapter"
+    )
     p.add_argument("--list", action="store_true", help="print the cells and exit")
     p.add_argument("--list-evaluations", action="store_true", help="print the evaluations")
     p.add_argument("--train-task", type=int, help="train the N-th cell of the list (SLURM array)")
@@ -61,9 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     scale = Scale.smoke(seeds or 2) if args.smoke else Scale.paper(seeds or 3)
     out = args.out or find_data_dir() / ("reproduction-smoke" if args.smoke else "reproduction")
     data = args.data.split(",") if args.data else None
-    cells = grid_cells(scale, data)
+    ablation = False
+    if args.objectives:
+        asked = set(args.objectives.split(","))
+        if not asked <= set(ABLATION):
+            print(f"error: --objectives takes {','.join(ABLATION)}", file=sys.stderr)
+            return 2
+        ablation = True  # both halves: the ablation table compares them side by side
+    cells = grid_cells(scale, data, ablation)
     if args.cell:
-        known = {c.index: c for c in grid_cells(scale)}
+        known = {c.index: c for c in grid_cells(scale, ablation=True)}
         unknown = [i for i in args.cell if i not in known]
         if unknown:
             print(f"error: no cell {unknown} (cells are 0-{len(known) - 1})", file=sys.stderr)
@@ -116,19 +141,23 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         done_work += 1
+    extras = [run_evaluation] + ([run_ablation] if ablation else []) + ([run_ig] if args.ig else [])
+    total += len(evaluations) * (len(extras) - 1)
     for key, seed in evaluations:
-        print(f"evaluation {key}:{seed} {status(done_work)}", flush=True)
-        result = run_evaluation(
-            key, seed, scale, out, device=device, data=data_of(key), force=args.force
-        )
-        print(f"  {key}:{seed}: {result['seconds']:.0f} s", flush=True)
-        done_work += 1
+        for run in extras:
+            what = run.__name__.removeprefix("run_")
+            print(f"{what} {key}:{seed} {status(done_work)}", flush=True)
+            result = run(key, seed, scale, out, device=device, data=data_of(key), force=args.force)
+            print(f"  {what} {key}:{seed}: {result['seconds']:.0f} s", flush=True)
+            done_work += 1
     partial = (
         args.cell or args.evaluate or args.train_task is not None or args.eval_task is not None
     )
     if not args.no_merge and not partial:
         path = merge_results(out)
         print(f"merged the results into {path}")
+    if args.two_d:
+        print(f"wrote {write_two_d(out, device)}")
     print(f"done in {format_duration(time.perf_counter() - start)}")
     return 0
 

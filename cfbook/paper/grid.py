@@ -24,12 +24,23 @@ from torch import nn
 
 from cfbook.atomic import atomic_torch_save, atomic_write_text
 from cfbook.data import DeviceLoader
+from cfbook.evaluation.attribution import (
+    integrated_gradients,
+    protected_sensitivity,
+    standardise,
+)
 from cfbook.evaluation.metrics import accuracy
 from cfbook.evaluation.paper_protocol import PaperProtocol, paper_evaluate
 from cfbook.evaluation.protocol import PAPER_EPSILONS, PAPER_PGD, attack_accuracy
 from cfbook.log import EpochRecord
 from cfbook.models import mlp
-from cfbook.objectives import FullObjective, VanillaObjective
+from cfbook.objectives import (
+    AdversarialObjective,
+    EnergyDifferentialObjective,
+    FullObjective,
+    Objective,
+    VanillaObjective,
+)
 from cfbook.paper.settings import (
     EPOCHS,
     EXPERIMENTS,
@@ -46,6 +57,9 @@ from cfbook.search.generators import NativeGenerator
 from cfbook.training import counterfactual_training
 
 TRAININGS = ("vanilla", "full", "full_protected")
+IG_SAMPLES = 2500  # test points per IG round (the paper's appendix: 100 rounds of 2,500)
+# The paper's ablation (``satml/ablation``): each half of CT's extra loss on its own.
+ABLATION = ("energy", "adversarial")
 
 
 @dataclass(frozen=True)
@@ -89,17 +103,26 @@ class Cell:
         return f"{self.data}-{self.training}-s{self.seed}"
 
 
-def grid_cells(scale: Scale, data: Sequence[str] | None = None) -> list[Cell]:
-    """The cells of the grid (data set, then seed, then training), restricted to ``data``."""
+def grid_cells(
+    scale: Scale, data: Sequence[str] | None = None, ablation: bool = False
+) -> list[Cell]:
+    """The cells of the grid (data set, then seed, then training), restricted to ``data``; with
+    ``ablation``, also the energy-only and adversarial-only trainings, numbered after the main
+    grid's cells so that those keep their numbers."""
     keys = list(EXPERIMENTS)
     wanted = keys if data is None else [check_key(k).key for k in data]
+    main = len(keys) * scale.seeds * len(TRAININGS)
     cells = []
     for i, key in enumerate(keys):
         for seed in range(scale.seeds):
-            for t, training in enumerate(TRAININGS):
-                if key in wanted:
-                    index = (i * scale.seeds + seed) * len(TRAININGS) + t
-                    cells.append(Cell(index, key, training, seed))
+            group = i * scale.seeds + seed
+            trainings = [(group * len(TRAININGS) + t, name) for t, name in enumerate(TRAININGS)]
+            if ablation:
+                trainings += [
+                    (main + group * len(ABLATION) + t, name) for t, name in enumerate(ABLATION)
+                ]
+            if key in wanted:
+                cells += [Cell(index, key, name, seed) for index, name in trainings]
     return cells
 
 
@@ -119,6 +142,15 @@ def cell_config(cell: Cell, scale: Scale) -> dict[str, Any]:
         "lr": LR,
         "hidden": HIDDEN,
     }
+
+
+def _objective(training: str, clf: float, div: float, reg: float, adv: float) -> Objective:
+    """The loss of a training: the full one, or one half of it for the ablation."""
+    if training == "energy":
+        return EnergyDifferentialObjective(lambda_clf=clf, lambda_div=div, lambda_reg=reg)
+    if training == "adversarial":
+        return AdversarialObjective(lambda_clf=clf, lambda_adv=adv)
+    return FullObjective(lambda_clf=clf, lambda_div=div, lambda_reg=reg, lambda_adv=adv)
 
 
 def _model(data: ExperimentData) -> nn.Module:
@@ -172,8 +204,7 @@ def run_cell(
     if cell.training == "vanilla":
         objective, generator, mutability = VanillaObjective(), NativeGenerator(), None
     else:
-        clf, div, reg, adv = config["lambdas"]
-        objective = FullObjective(lambda_clf=clf, lambda_div=div, lambda_reg=reg, lambda_adv=adv)
+        objective = _objective(cell.training, *config["lambdas"])
         generator = NativeGenerator(**config["search"])
         mutability = data.protected_mutability if cell.training == "full_protected" else None
     start = time.perf_counter()
@@ -230,6 +261,26 @@ def evaluation_config(data: str, seed: int, scale: Scale) -> dict[str, Any]:
     }
 
 
+def _trained(
+    key: str,
+    seed: int,
+    trainings: Sequence[str],
+    out: Path,
+    data: ExperimentData,
+    device: torch.device,
+) -> dict[str, nn.Module]:
+    """The trained models of (``key``, ``seed``), in eval mode; an error names a missing one."""
+    models = {}
+    for training in trainings:
+        weights = out / "cells" / f"{Cell(0, key, training, seed).name}.pt"
+        if not weights.is_file():
+            raise FileNotFoundError(f"{weights} is missing: train its cell first")
+        model = _model(data).to(device)
+        model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
+        models[training] = model.eval()
+    return models
+
+
 def run_evaluation(
     key: str,
     seed: int,
@@ -248,14 +299,7 @@ def run_evaluation(
     if saved is not None:
         return saved
     data = data if data is not None else load_experiment_data(key, device)
-    models = {}
-    for training in TRAININGS:
-        weights = out / "cells" / f"{Cell(0, key, training, seed).name}.pt"
-        if not weights.is_file():
-            raise FileNotFoundError(f"{weights} is missing: train its cell first")
-        model = _model(data).to(device)
-        model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
-        models[training] = model.eval()
+    models = _trained(key, seed, TRAININGS, out, data, device)
     start = time.perf_counter()
     base = PaperProtocol(rounds=scale.rounds, individuals=config["individuals"], seed=seed)
     unconstrained = paper_evaluate(
@@ -295,3 +339,121 @@ def run_evaluation(
     }
     atomic_write_text(path, json.dumps(result, indent=1))
     return result
+
+
+def run_ablation(
+    key: str,
+    seed: int,
+    scale: Scale,
+    out: Path,
+    *,
+    device: torch.device,
+    data: ExperimentData | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """The ablation of (``key``, ``seed``), as the paper's ``satml/ablation`` evaluates it: the
+    full, energy-only, adversarial-only and baseline models under the unconstrained protocol,
+    all four in the same rounds, and the two ablated models' accuracy under attack."""
+    config = {
+        **evaluation_config(key, seed, scale),
+        "cells": {
+            t: cell_config(Cell(0, key, t, seed), scale) for t in ("vanilla", "full", *ABLATION)
+        },
+    }
+    path = out / "ablation" / f"{key}-s{seed}.json"
+    saved = _reusable(path, config, force)
+    if saved is not None:
+        return saved
+    data = data if data is not None else load_experiment_data(key, device)
+    models = _trained(key, seed, ("full", *ABLATION, "vanilla"), out, data, device)
+    start = time.perf_counter()
+    protocol = PaperProtocol(
+        rounds=scale.rounds, individuals=config["individuals"], seed=seed, tau=TEST_TAU["none"]
+    )
+    result = paper_evaluate(models, data.x_test, data.y_test, protocol, domain=data.domain)
+    rows = slice(0, scale.max_attack)
+    robustness = {
+        t: attack_accuracy(
+            models[t],
+            data.x_test[rows],
+            data.y_test[rows],
+            epsilons=PAPER_EPSILONS,
+            domain=data.domain,
+            seed=seed,
+            **PAPER_PGD,
+        )
+        for t in ABLATION
+    }
+    saved = {
+        "config": config,
+        "seconds": time.perf_counter() - start,
+        "unconstrained": result,
+        "robustness": robustness,
+    }
+    atomic_write_text(path, json.dumps(saved, indent=1))
+    return saved
+
+
+def run_ig(
+    key: str,
+    seed: int,
+    scale: Scale,
+    out: Path,
+    *,
+    device: torch.device,
+    data: ExperimentData | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """IG sensitivity of the baseline and of CT trained with protection to the protected
+    features of (``key``, ``seed``), per round (``cfbook.evaluation.attribution``)."""
+    e = EXPERIMENTS[key]
+    samples = _cap(IG_SAMPLES, scale.max_individuals and scale.max_individuals * 10)
+    config = {
+        "data": key,
+        "seed": seed,
+        "cells": {
+            t: cell_config(Cell(0, key, t, seed), scale) for t in ("vanilla", "full_protected")
+        },
+        "rounds": scale.rounds,
+        "samples": samples,
+    }
+    path = out / "ig" / f"{key}-s{seed}.json"
+    saved = _reusable(path, config, force)
+    if saved is not None:
+        return saved
+    data = data if data is not None else load_experiment_data(key, device)
+    models = _trained(key, seed, ("vanilla", "full_protected"), out, data, device)
+    protected = [i for i, m in enumerate(data.protected_mutability) if m == "none"]
+    start = time.perf_counter()
+    per_round = {
+        t: protected_sensitivity(
+            m,
+            data.x_test,
+            data.y_test,
+            protected,
+            two_dimensional=e.kind == "synthetic",
+            rounds=scale.rounds,
+            samples=samples,
+            seed=seed,
+        )
+        for t, m in models.items()
+    }
+    saved = {"config": config, "seconds": time.perf_counter() - start, "per_round": per_round}
+    if e.kind == "image" and seed == 0:
+        saved["maps"] = {t: _class_maps(m, data, samples) for t, m in models.items()}
+    atomic_write_text(path, json.dumps(saved, indent=1))
+    return saved
+
+
+def _class_maps(model: nn.Module, data: ExperimentData, samples: int) -> list[list[float]]:
+    """Per class, the mean IG map of up to ``samples / 10`` test images of that class, against a
+    seeded U(-1, 1) baseline, standardised to [0, 1] (the chapter's heatmaps)."""
+    rng = torch.Generator().manual_seed(0)
+    baseline = (torch.rand(1, data.x_test.shape[1], generator=rng) * 2 - 1).to(data.x_test.device)
+    maps = []
+    for c in range(int(data.y_test.max()) + 1):
+        x = data.x_test[data.y_test == c][: max(samples // 10, 1)]
+        target = torch.full((x.shape[0],), c, device=x.device)
+        g = integrated_gradients(model, x, target, baseline).mean(0)
+        maps.append([round(v, 4) for v in standardise(g, False).tolist()])
+    return maps

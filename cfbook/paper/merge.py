@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.bootstrap import compare_rounds
 from cfbook.paper.settings import EXPERIMENTS
@@ -91,6 +93,54 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
     }
 
 
+ABLATION_MEASURES = ("ip", "ip_star_5", "cost")
+
+
+def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each objective against the baseline in the ablation's shared rounds, seeds pooled."""
+    out: dict[str, Any] = {}
+    for objective in ("full", "energy", "adversarial"):
+        row = {
+            key: _compare(
+                *(_pooled(evals, "unconstrained", m, key) for m in (objective, "vanilla"))
+            )
+            for key in ABLATION_MEASURES
+        }
+        row["validity"] = _mean(_pooled(evals, "unconstrained", objective, "validity"))
+        out[objective] = row
+    out["vanilla"] = {"validity": _mean(_pooled(evals, "unconstrained", "vanilla", "validity"))}
+    for objective in ("energy", "adversarial"):
+        runs = [e["robustness"][objective] for e in evals]
+        out[objective]["robustness"] = {
+            "clean": _mean([r["clean"] for r in runs]),
+            **{
+                a: {eps: _mean([r[a][eps] for r in runs]) for eps in runs[0][a]}
+                for a in ("fgsm", "pgd")
+            },
+        }
+    return out
+
+
+def _ig(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of the per-round IG sensitivities (seeds pooled) and the 2.5-97.5 % percentile
+    interval of the per-round differences CT - BL (the paper's table: 95 % intervals)."""
+    ct = [v for r in runs for v in r["per_round"]["full_protected"]]
+    bl = [v for r in runs for v in r["per_round"]["vanilla"]]
+    diff = torch.tensor(ct, dtype=torch.float64) - torch.tensor(bl, dtype=torch.float64)
+    low, high = torch.quantile(diff, torch.tensor([0.025, 0.975], dtype=torch.float64))
+    return {
+        "ct_median": float(torch.tensor(ct).median()),
+        "bl_median": float(torch.tensor(bl).median()),
+        "diff_low": float(low),
+        "diff_high": float(high),
+        "rounds": len(ct),
+    }
+
+
+def _load_all(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+
+
 def merge_results(out: Path) -> Path:
     """Write ``out/results.json`` from ``out/evaluations`` and ``out/cells``; returns its path."""
     evaluations = sorted((out / "evaluations").glob("*.json"))
@@ -106,7 +156,16 @@ def merge_results(out: Path) -> Path:
         if evals:
             mine = [c for c in cells if c["config"]["data"] == key]
             tables[key] = _data_set(evals, mine)
+    extras: dict[str, dict[str, Any]] = {"ablation": {}, "ig": {}}
+    for name, build in (("ablation", _ablation), ("ig", _ig)):
+        files = _load_all(out / name)
+        for key in EXPERIMENTS:
+            mine = sorted(
+                (f for f in files if f["config"]["data"] == key), key=lambda f: f["config"]["seed"]
+            )
+            if mine:
+                extras[name][key] = {**build(mine), "seconds": sum(f["seconds"] for f in mine)}
     scale = {k: loaded[0]["config"]["cells"]["full"][k] for k in ("epochs",)}
     path = out / "results.json"
-    atomic_write_text(path, json.dumps({"scale": scale, "data": tables}, indent=1))
+    atomic_write_text(path, json.dumps({"scale": scale, "data": tables, **extras}, indent=1))
     return path

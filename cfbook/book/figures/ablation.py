@@ -1,0 +1,217 @@
+"""The ablation and sensitivity chapter's tables, figures and text, from the merged grid
+(``results.json``: its ``ablation`` and ``ig`` parts) and the paper's IG medians.
+
+Which term moves which measure is read from the intervals: an objective "reduces" a measure on a
+data set when its 99 % interval of per-round differences against the baseline lies below zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cfbook.book.figures.reproduction import FGSM_EPS
+from cfbook.book.figures.training import COLOURS, TEMPLATE
+from cfbook.models import IMAGE_SHAPE
+from cfbook.paper import published
+from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS
+
+OBJECTIVES = {"full": "full (CT)", "energy": "energy only", "adversarial": "adversarial only"}
+MEASURES = {"ip": "IP", "ip_star_5": "IP*", "cost": "cost"}
+OBJECTIVE_COLOURS = {"full": COLOURS["full"], "energy": "#2ca02c", "adversarial": "#9467bd"}
+
+
+def _cell(r: dict[str, Any] | None) -> str:
+    if r is None or "reduction" not in r:
+        return "n/a"
+    return f"{r['reduction']:+.1f} ± {r['se']:.1f}{'*' if r['significant'] else ''}"
+
+
+def _robust(results: dict[str, Any], key: str, objective: str) -> dict[str, Any]:
+    """Accuracy of one objective's models: the main evaluation's for CT and the baseline, the
+    ablation's for the two halves."""
+    if objective in ("full", "vanilla"):
+        return results["data"][key]["robustness"][objective]
+    return results["ablation"][key][objective]["robustness"]
+
+
+def ablation_table(results: dict[str, Any]) -> str:
+    """Per data set and objective: reductions against the baseline (% ± SE, * = 99 % interval
+    excludes 0; positive = better), validity, clean and FGSM accuracy."""
+    lines = [
+        "| data | objective | IP | IP* | cost | validity | clean acc. | FGSM ε≈0.03 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, rows in results.get("ablation", {}).items():
+        label = EXPERIMENTS[key].label
+        bl = _robust(results, key, "vanilla")
+        lines.append(
+            f"| {label} | baseline | | | | {rows['vanilla']['validity']:.2f} | "
+            f"{bl['clean']:.2f} | {bl['fgsm'][FGSM_EPS]:.2f} |"
+        )
+        for objective, name in OBJECTIVES.items():
+            r = rows[objective]
+            acc = _robust(results, key, objective)
+            lines.append(
+                f"| {label} | {name} | {_cell(r['ip'])} | {_cell(r['ip_star_5'])} | "
+                f"{_cell(r['cost'])} | {r['validity']:.2f} | {acc['clean']:.2f} | "
+                f"{acc['fgsm'][FGSM_EPS]:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def _reduces(r: dict[str, Any] | None) -> bool:
+    return r is not None and "ci_high" in r and r["ci_high"] < 0
+
+
+def ablation_text(results: dict[str, Any]) -> str:
+    """Which term moves which measure, counted over the data sets from the intervals."""
+    ablation = results.get("ablation", {})
+    n = len(ablation)
+    if not n:
+        return "No ablation results: run `python -m cfbook.paper --objectives energy,adversarial`."
+    out = []
+    for measure, label in MEASURES.items():
+        counts = {
+            o: [EXPERIMENTS[k].label for k, rows in ablation.items() if _reduces(rows[o][measure])]
+            for o in OBJECTIVES
+        }
+        parts = [
+            f"{OBJECTIVES[o]} on {len(v)} ({', '.join(v) or 'none'})" for o, v in counts.items()
+        ]
+        out.append(
+            f"- **{label}** is significantly lower than the baseline's with "
+            + "; ".join(parts)
+            + "."
+        )
+    robust = {
+        o: [
+            EXPERIMENTS[k].label
+            for k in ablation
+            if _robust(results, k, o)["fgsm"][FGSM_EPS]
+            > _robust(results, k, "vanilla")["fgsm"][FGSM_EPS] + 0.05
+        ]
+        for o in OBJECTIVES
+    }
+    out.append(
+        "- **FGSM robustness** (accuracy at ε≈0.03 more than 5 points above the baseline's) with "
+        + "; ".join(
+            f"{OBJECTIVES[o]} on {len(v)} ({', '.join(v) or 'none'})" for o, v in robust.items()
+        )
+        + "."
+    )
+    energy_ip = len([k for k, rows in ablation.items() if _reduces(rows["energy"]["ip"])])
+    adv_ip = len([k for k, rows in ablation.items() if _reduces(rows["adversarial"]["ip"])])
+    if energy_ip > adv_ip:
+        claim = "the energy term buys more of the plausibility gain than the adversarial term"
+    elif energy_ip < adv_ip:
+        claim = "the adversarial term alone lowers IP on more data sets than the energy term"
+    else:
+        claim = "neither half alone lowers IP on more data sets than the other"
+    out.append(f"\nOver the {n} data sets, {claim} ({energy_ip} against {adv_ip}).")
+    return "\n".join(out)
+
+
+def ablation_figure(results: dict[str, Any]) -> go.Figure:
+    """IP reduction per data set for each objective, with its 99 % interval of reductions."""
+    ablation = results.get("ablation", {})
+    keys = list(ablation)
+    fig = go.Figure()
+    for objective, name in OBJECTIVES.items():
+        rows = [ablation[k][objective]["ip"] or {} for k in keys]
+        mid = [r.get("reduction") for r in rows]
+        fig.add_bar(
+            x=[EXPERIMENTS[k].label for k in keys],
+            y=mid,
+            name=name,
+            marker_color=OBJECTIVE_COLOURS[objective],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [
+                    None if m is None else r["reduction_high"] - m
+                    for r, m in zip(rows, mid, strict=True)
+                ],
+                "arrayminus": [
+                    None if m is None else m - r["reduction_low"]
+                    for r, m in zip(rows, mid, strict=True)
+                ],
+            },
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        barmode="group",
+        height=400,
+        yaxis_title="IP reduction against the baseline (%)",
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig
+
+
+def ig_table(results: dict[str, Any]) -> str:
+    """IG sensitivity to the protected features: the paper's medians beside ours, with our 95 %
+    interval of the per-round differences CT - BL."""
+    lines = [
+        "| data | paper CT / BL (median) | ours CT / BL (median) | our 95 % interval of CT − BL | "
+        "CT less sensitive? (paper / ours) |",
+        "|---|---|---|---|---|",
+    ]
+    for key, r in results.get("ig", {}).items():
+        p_ct, p_bl = published.IG[key]
+        ours = "yes" if r["diff_high"] < 0 else "no" if r["diff_low"] > 0 else "not significant"
+        lines.append(
+            f"| {EXPERIMENTS[key].label} | {p_ct:.2f} / {p_bl:.2f} | {r['ct_median']:.3f} / "
+            f"{r['bl_median']:.3f} | [{r['diff_low']:.3f}, {r['diff_high']:.3f}] | "
+            f"{'yes' if p_ct < p_bl else 'no'} / {ours} |"
+        )
+    return "\n".join(lines)
+
+
+def ig_text(results: dict[str, Any]) -> str:
+    ig = results.get("ig", {})
+    if not ig:
+        return "No IG results: run `python -m cfbook.paper --ig`."
+    lower = [EXPERIMENTS[k].label for k, r in ig.items() if r["diff_high"] < 0]
+    higher = [EXPERIMENTS[k].label for k, r in ig.items() if r["diff_low"] > 0]
+    paper_lower = [EXPERIMENTS[k].label for k in ig if published.IG[k][0] < published.IG[k][1]]
+    return (
+        f"CT trained with the protected feature immutable is significantly less sensitive to it "
+        f"than the baseline on {len(lower)} of {len(ig)} data sets ({', '.join(lower) or 'none'}) "
+        f"and more sensitive on {len(higher)} ({', '.join(higher) or 'none'}); the paper's medians "
+        f"are lower for CT on {len(paper_lower)} ({', '.join(paper_lower)}). The scales differ: "
+        "the paper's text does not say how its table's medians were scaled, so compare directions, "
+        "not values."
+    )
+
+
+def ig_maps_figure(results_ig_file: dict[str, Any]) -> go.Figure:
+    """Class-conditional IG maps of MNIST (standardised to [0, 1]), baseline row over CT row,
+    with the protected top and bottom five pixel rows marked."""
+    maps = results_ig_file["maps"]
+    rows, width = IMAGE_SHAPE[1], IMAGE_SHAPE[2]
+    n = len(maps["vanilla"])
+    fig = make_subplots(
+        rows=2,
+        cols=n,
+        subplot_titles=[f"BL {c}" for c in range(n)] + [f"CT {c}" for c in range(n)],
+        horizontal_spacing=0.005,
+        vertical_spacing=0.08,
+    )
+    for r, model in enumerate(("vanilla", "full_protected"), start=1):
+        for c, flat in enumerate(maps[model]):
+            z = [flat[i * width : (i + 1) * width] for i in range(rows)]
+            fig.add_trace(go.Heatmap(z=z, coloraxis="coloraxis"), r, c + 1)
+    for row in (min(MNIST_PROTECTED_ROWS) + 4.5, max(MNIST_PROTECTED_ROWS) - 4.5):
+        fig.add_hline(y=row, row="all", col="all", line={"color": "red", "width": 1, "dash": "dot"})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    fig.update_annotations(font_size=10)
+    fig.update_layout(
+        template=TEMPLATE,
+        coloraxis={"colorscale": "Viridis", "cmin": 0, "cmax": 1, "colorbar": {"title": "IG"}},
+        height=300,
+        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+    )
+    return fig

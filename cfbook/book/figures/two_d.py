@@ -1,0 +1,158 @@
+"""CT drawn in two dimensions: decision regions, training data and search paths of the
+synthetic data sets (``two_d.json`` from ``python -m cfbook.paper --two-d``), with a menu to
+switch data sets, and text written from the paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cfbook.book.figures.training import TEMPLATE
+
+CLASS_COLOURS = ("#1f6fb4", "#e8710a")
+
+
+def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
+    """Every trace of one data set's four panels, with its subplot position."""
+    out = []
+    ax, ay = d["axes"]
+    for i, panel in enumerate(d["panels"]):
+        row, col = divmod(i, 2)
+        pos = (row + 1, col + 1)
+        out.append(
+            (
+                go.Contour(
+                    x=ax,
+                    y=ay,
+                    z=panel["prob"],
+                    colorscale="RdBu_r",
+                    zmin=0,
+                    zmax=1,
+                    contours={"start": 0.0, "end": 1.0, "size": 0.1},
+                    opacity=0.45,
+                    showscale=i == 0,
+                    colorbar={"title": "p(class 1)"},
+                    hoverinfo="skip",
+                ),
+                *pos,
+            )
+        )
+        for c in (0, 1):
+            xs = [p for p, y in zip(d["train_x"], d["train_y"], strict=True) if y == c]
+            out.append(
+                (
+                    go.Scatter(
+                        x=[p[0] for p in xs],
+                        y=[p[1] for p in xs],
+                        mode="markers",
+                        marker={"size": 3, "color": CLASS_COLOURS[c]},
+                        name=f"training data, class {c}",
+                        showlegend=i == 0,
+                        hoverinfo="skip",
+                    ),
+                    *pos,
+                )
+            )
+        # All paths of a panel as one line trace (None separates them), then their ends.
+        xs, ys = [], []
+        for path in panel["paths"]:
+            drawn = path[::3] + path[-1:]  # every third step is enough to see the path
+            xs += [p[0] for p in drawn] + [None]
+            ys += [p[1] for p in drawn] + [None]
+        out.append(
+            (
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line={"color": "black", "width": 1},
+                    name="search path",
+                    showlegend=i == 0,
+                    hoverinfo="skip",
+                ),
+                *pos,
+            )
+        )
+        for valid, symbol, name in ((True, "star", "valid end"), (False, "x", "invalid end")):
+            ends = [
+                p[-1] for p, v in zip(panel["paths"], panel["valid"], strict=True) if v == valid
+            ]
+            out.append(
+                (
+                    go.Scatter(
+                        x=[e[0] for e in ends],
+                        y=[e[1] for e in ends],
+                        mode="markers",
+                        marker={"size": 10, "symbol": symbol, "color": "black"},
+                        name=name,
+                        showlegend=i == 0,
+                        hovertemplate=f"{name}: (%{{x:.2f}}, %{{y:.2f}})<extra></extra>",
+                    ),
+                    *pos,
+                )
+            )
+    return out
+
+
+def two_d_figure(result: dict[str, Any]) -> go.Figure:
+    """Four panels per data set (baseline, CT, each searched with x1 protected); a menu picks
+    the data set. A path runs from its factual to a star (valid) or a cross (not valid)."""
+    first = result["data"][0]
+    fig = make_subplots(
+        rows=2, cols=2, subplot_titles=[p["title"] for p in first["panels"]], shared_xaxes=True
+    )
+    counts = []
+    for k, d in enumerate(result["data"]):
+        traces = _traces(d)
+        counts.append(len(traces))
+        for trace, row, col in traces:
+            trace.visible = k == 0
+            fig.add_trace(trace, row, col)
+    buttons = []
+    start = 0
+    total = sum(counts)
+    for d, n in zip(result["data"], counts, strict=True):
+        visible = [start <= i < start + n for i in range(total)]
+        buttons.append({"label": d["label"], "method": "update", "args": [{"visible": visible}]})
+        start += n
+    fig.update_layout(
+        template=TEMPLATE,
+        height=720,
+        updatemenus=[
+            {"buttons": buttons, "direction": "right", "x": 0.0, "y": 1.12, "type": "buttons"}
+        ],
+        legend={"orientation": "h", "y": -0.08},
+        margin={"t": 90},
+    )
+    fig.update_xaxes(title_text="x1")
+    fig.update_yaxes(title_text="x2")
+    return fig
+
+
+def two_d_text(result: dict[str, Any]) -> str:
+    """Per data set, what the paths show: how far the searches travel (L1) for the baseline and
+    for CT, how many end valid, and whether a protected search ever moved along x1."""
+    lines = []
+    for d in result["data"]:
+        p = {panel["title"]: panel for panel in d["panels"]}
+        parts = []
+        for title in p:
+            panel = p[title]
+            n, valid = len(panel["valid"]), sum(panel["valid"])
+            mean = sum(panel["path_l1"]) / n
+            parts.append(f"{title}: {valid}/{n} valid, mean path length {mean:.2f}")
+        moved = [t for t, panel in p.items() if panel["protected"] and panel["moved_x1"]]
+        frozen = "x1 moved in " + ", ".join(moved) if moved else "no protected search moved x1"
+        lines.append(f"- **{d['label']}**: " + "; ".join(parts) + f"; {frozen}.")
+    further = [
+        d["label"]
+        for d in result["data"]
+        if sum(d["panels"][1]["path_l1"]) > sum(d["panels"][0]["path_l1"])
+    ]
+    lines.append(
+        f"\nCT's free searches travel further than the baseline's on {len(further)} of "
+        f"{len(result['data'])} data sets ({', '.join(further) or 'none'})."
+    )
+    return "\n".join(lines)
