@@ -257,3 +257,42 @@ def test_the_two_dimensional_text_follows_the_paths():
         fig.layout.updatemenus[0].buttons[1].args[0]["visible"]
         == [False] * per_set + [True] * per_set
     )
+
+
+def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():
+    from cfbook.paper.knobs import KNOBS, knob_cells
+
+    cells = knob_cells(("moons",))
+    assert len(cells) == 2 * sum(len(v) for v in KNOBS.values())  # two seeds
+    by_name = {cell.name: (knob, value) for knob, value, cell in cells}
+    # The paper's value of each knob is the grid's own CT cell.
+    assert {k for k, v in by_name.items() if v in {("lambda_div", 0.5), ("step_size", 0.25)}} == {
+        "moons-full-s0",
+        "moons-full-s1",
+    }
+    paper = cell_config(Cell(0, "moons", "full", 0), Scale.paper())
+    low_div = cell_config(Cell(0, "moons", "full", 0, (("lambda_div", 0.1),)), Scale.paper())
+    assert low_div["lambdas"] == [1.0, 0.1, 0.25, 0.25] and paper["lambdas"][1] == 0.5
+    few = cell_config(Cell(0, "moons", "full", 0, (("nce", 100),)), Scale.paper())
+    assert few["nce"] == 100 and few["search"] == paper["search"]
+    step = cell_config(Cell(0, "moons", "full", 0, (("step_size", 1.0),)), Scale.paper())
+    assert step["search"]["step_size"] == 1.0 and step["nce"] == paper["nce"]
+    assert "moons-full-nce100-s1" in by_name and "moons-full-step_size1-s0" in by_name
+
+
+def test_the_knob_text_reads_the_ends_of_each_line():
+    from cfbook.book.figures.ablation import knobs_figure, knobs_text
+
+    def row(v, ip, acc):
+        return {"validity": [v, v], "ip": [ip, ip + 0.2], "accuracy": [acc, acc]}
+
+    knobs = {
+        "knobs": {"lambda_div": [0.1, 2.0]},
+        "data": {"moons": {"lambda_div": {"0.1": row(0.9, 2.0, 0.99), "2": row(0.5, 1.0, 0.97)}}},
+    }
+    assert knobs_text(knobs) == (
+        "- **λ_div** from 0.1 to 2: Moon: validity 0.9 → 0.5, IP (L1) 2.1 → 1.1, "
+        "test accuracy 0.99 → 0.97."
+    )
+    fig = knobs_figure(knobs)
+    assert len(fig.data) == 3 and list(fig.data[1].y) == [pytest.approx(2.1), pytest.approx(1.1)]

@@ -30,6 +30,7 @@ from cfbook.paper.grid import (
     run_evaluation,
     run_ig,
 )
+from cfbook.paper.knobs import KNOB_DATA, run_knobs
 from cfbook.paper.merge import merge_results
 from cfbook.paper.settings import ExperimentData, load_experiment_data
 from cfbook.paper.two_d import write_two_d
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ig", action="store_true", help="also integrated-gradients sensitivity")
     p.add_argument(
         "--two-d", action="store_true", help="write two_d.json for the two-dimensional chapter"
+    )
+    p.add_argument(
+        "--knobs", action="store_true", help="the knob study on moons and MNIST (knobs.json)"
     )
     p.add_argument("--list", action="store_true", help="print the cells and exit")
     p.add_argument("--list-evaluations", action="store_true", help="print the evaluations")
@@ -158,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"merged the results into {path}")
     if args.two_d:
         print(f"wrote {write_two_d(out, device)}")
+    if args.knobs:
+        print(f"wrote {run_knobs(out, device, KNOB_DATA if data is None else tuple(data))}")
     print(f"done in {format_duration(time.perf_counter() - start)}")
     return 0
 

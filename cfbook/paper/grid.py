@@ -97,10 +97,14 @@ class Cell:
     data: str
     training: str
     seed: int
+    # Settings changed from the paper's (the knob study): ("lambda_div" | "lambda_adv" | "nce"
+    # | "step_size", value) pairs.
+    overrides: tuple[tuple[str, float], ...] = ()
 
     @property
     def name(self) -> str:
-        return f"{self.data}-{self.training}-s{self.seed}"
+        knobs = "".join(f"-{k}{v:g}" for k, v in self.overrides)
+        return f"{self.data}-{self.training}{knobs}-s{self.seed}"
 
 
 def grid_cells(
@@ -128,6 +132,18 @@ def grid_cells(
 
 def cell_config(cell: Cell, scale: Scale) -> dict[str, Any]:
     """Everything that decides a cell's result; a saved result must match it to be reused."""
+    config = _paper_config(cell, scale)
+    for knob, value in cell.overrides:
+        if knob == "nce":
+            config["nce"] = int(value)
+        elif knob == "step_size":
+            config["search"] = {**config["search"], "step_size": value}
+        else:
+            config["lambdas"][{"lambda_div": 1, "lambda_adv": 3}[knob]] = value
+    return config
+
+
+def _paper_config(cell: Cell, scale: Scale) -> dict[str, Any]:
     e = EXPERIMENTS[cell.data]
     return {
         "data": cell.data,

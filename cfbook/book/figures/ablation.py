@@ -215,3 +215,80 @@ def ig_maps_figure(results_ig_file: dict[str, Any]) -> go.Figure:
         margin={"l": 10, "r": 10, "t": 30, "b": 10},
     )
     return fig
+
+
+KNOB_LABELS = {
+    "lambda_div": "λ_div",
+    "lambda_adv": "λ_adv",
+    "nce": "nce (share of the paper's)",
+    "step_size": "search step",
+}
+KNOB_MEASURES = {"validity": "validity", "ip": "IP (L1)", "accuracy": "test accuracy"}
+DATA_COLOURS = {"moons": "#2ca02c", "mnist": "#1f6fb4"}
+
+
+def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
+    """Validity, IP and accuracy (rows) against each knob (columns), one line per data set: the
+    mean over seeds, with the range between them as error bars."""
+    names = list(knobs["knobs"])
+    fig = make_subplots(
+        rows=len(KNOB_MEASURES),
+        cols=len(names),
+        shared_xaxes=False,
+        column_titles=[KNOB_LABELS[k] for k in names],
+        row_titles=list(KNOB_MEASURES.values()),
+        horizontal_spacing=0.05,
+        vertical_spacing=0.06,
+    )
+    for key, table in knobs["data"].items():
+        for col, knob in enumerate(names, start=1):
+            values = sorted(table[knob], key=float)
+            for row, measure in enumerate(KNOB_MEASURES, start=1):
+                seeds = [[v for v in table[knob][x][measure] if v is not None] for x in values]
+                mean = [sum(s) / len(s) if s else None for s in seeds]
+                fig.add_scatter(
+                    x=[float(x) for x in values],
+                    y=mean,
+                    mode="lines+markers",
+                    name=EXPERIMENTS[key].label,
+                    legendgroup=key,
+                    showlegend=row == col == 1,
+                    line={"color": DATA_COLOURS.get(key)},
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [max(s) - m if s else 0 for s, m in zip(seeds, mean, strict=True)],
+                        "arrayminus": [
+                            m - min(s) if s else 0 for s, m in zip(seeds, mean, strict=True)
+                        ],
+                    },
+                    row=row,
+                    col=col,
+                )
+    fig.update_xaxes(type="log")
+    fig.update_layout(template=TEMPLATE, height=620, legend={"orientation": "h", "y": -0.08})
+    return fig
+
+
+def knobs_text(knobs: dict[str, Any]) -> str:
+    """For each knob and data set, how each measure moves from its lowest to its highest value
+    (means over the seeds)."""
+    lines = []
+    for knob in knobs["knobs"]:
+        parts = []
+        for key, table in knobs["data"].items():
+            values = sorted(table[knob], key=float)
+            lo, hi = table[knob][values[0]], table[knob][values[-1]]
+            moves = []
+            for measure, label in KNOB_MEASURES.items():
+                a = [v for v in lo[measure] if v is not None]
+                b = [v for v in hi[measure] if v is not None]
+                if a and b:
+                    moves.append(f"{label} {sum(a) / len(a):.3g} → {sum(b) / len(b):.3g}")
+            parts.append(f"{EXPERIMENTS[key].label}: " + ", ".join(moves))
+        lines.append(
+            f"- **{KNOB_LABELS[knob]}** from {float(values[0]):g} to {float(values[-1]):g}: "
+            + "; ".join(parts)
+            + "."
+        )
+    return "\n".join(lines)
