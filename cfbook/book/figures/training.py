@@ -18,6 +18,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from cfbook.search.generators import SearchParameters
+
 if TYPE_CHECKING:
     from cfbook.book.profiles import Profile
 
@@ -134,3 +136,22 @@ def _setting(profile: Profile, name: str) -> str:
     if isinstance(value, tuple):
         return ", ".join(f"{v:g}" for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def energy_schedule_figure(searches: dict[str, SearchParameters]) -> go.Figure:
+    """The energy weight lambda_energy * phi_t of each named search over its iterations: the pull
+    towards typical target-class inputs is strongest at the first steps."""
+    fig = go.Figure()
+    for name, search in searches.items():
+        steps = list(range(search.maxiter))
+        fig.add_scatter(
+            x=steps, y=[search.energy_weight(t) for t in steps], mode="lines+markers", name=name
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        height=320,
+        xaxis_title="search iteration t",
+        yaxis_title="λ_energy · φ_t",
+        legend={"orientation": "h", "y": -0.3},
+    )
+    return fig
