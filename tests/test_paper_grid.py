@@ -296,3 +296,26 @@ def test_the_knob_text_reads_the_ends_of_each_line():
     )
     fig = knobs_figure(knobs)
     assert len(fig.data) == 3 and list(fig.data[1].y) == [pytest.approx(2.1), pytest.approx(1.1)]
+
+
+def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):
+    from cfbook.paper.merge import read_result
+
+    (tmp_path / "reproduction").mkdir()
+    assert read_result(tmp_path, "results.json") is None
+    (tmp_path / "reproduction" / "knobs.json").write_text('{"data": {}}')
+    assert read_result(tmp_path, "knobs.json") == {"data": {}}
+    (tmp_path / "reproduction" / "two_d.json").write_text("{broken")
+    with pytest.raises(ValueError, match="two_d.json is not valid JSON.*python -m cfbook.paper"):
+        read_result(tmp_path, "two_d.json")
+
+
+def test_interval_bars_reach_from_the_reduction_to_its_interval(smoke):
+    from cfbook.book.figures.ablation import ablation_figure
+    from cfbook.book.figures.reproduction import interval_bars, reduction_figure
+
+    bars = interval_bars([{"reduction": 10.0, "reduction_low": 4.0, "reduction_high": 25.0}, {}])
+    assert bars["array"] == [15.0, None] and bars["arrayminus"] == [6.0, None]
+    results = json.loads((smoke / "results.json").read_text())
+    assert len(reduction_figure(results, "5").data) == 2 * 3  # paper and ours, three measures
+    assert len(ablation_figure(results).data) == 3  # one bar series per objective

@@ -133,3 +133,11 @@ def test_robustness_is_compared_in_percentage_points_per_seed():
     assert "+10.0 ± 0.6 percentage points" in text and "higher with CT" in text
     row.change["pp"][:] = [10.0, -9.0, 1.0]
     assert "comparable within the spread between seeds" in robustness_text([row])
+
+
+def test_a_validity_gap_is_named_because_the_means_cover_different_factuals():
+    rounds = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], valid=0.5)
+    text = paired_text(paired_comparison({"runs": [{"per_round": rounds}]}))
+    assert "Validity differs: 50% of CT's test-time searches reach their target" in text
+    level = paired_text(paired_comparison({"runs": [{"per_round": _rounds([1.0], [2.0])}]}))
+    assert "Validity differs" not in level

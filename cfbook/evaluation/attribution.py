@@ -32,10 +32,10 @@ def integrated_gradients(
 ) -> Tensor:
     """Captum's integrated gradients of ``model``'s logit of ``target`` for each row of ``x``.
 
-    Captum differentiates one output per row of its expanded batch (rows x steps), a backward
-    pass with that many roots: 18 s for 2,500 rows of a tiny MLP. The rows are independent (the
-    model is in eval mode), so the gradient of their summed target logits is each row's own
-    gradient: Captum is handed that sum, one root, and returns the same attributions in 30 ms."""
+    Captum differentiates one output per row of its expanded batch (rows x steps): a backward
+    pass with that many roots, orders of magnitude slower than one. The rows are independent
+    (the model is in eval mode), so the gradient of their summed target logits is each row's own
+    gradient: Captum is handed that sum, one root, and returns the same attributions."""
     steps_target = target.repeat(n_steps)[:, None]  # Captum's expanded batch is step-major
 
     def summed(z: Tensor) -> Tensor:

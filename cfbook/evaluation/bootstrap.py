@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from math import nan
 
 import torch
 from torch import Tensor
-
-_NAN = torch.tensor(float("nan"), dtype=torch.float64)
 
 
 @dataclass(frozen=True)
@@ -83,12 +82,12 @@ def compare_rounds(
     tail = (1.0 - level) / 2
     q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64)
     low, high = torch.quantile(a - b, q)
-    r_low, r_high = torch.quantile((1.0 - ratio) * 100, q) if ratio.numel() else (_NAN, _NAN)
-    se = float(ratio.std()) * 100 if ratio.numel() > 1 else float("nan")
+    r_low, r_high = torch.quantile((1.0 - ratio) * 100, q) if ratio.numel() else (nan, nan)
+    se = float(ratio.std()) * 100 if ratio.numel() > 1 else nan
     return {
         "ct": float(a.mean()),
         "baseline": float(b.mean()),
-        "reduction": -(float(ratio.mean()) - 1.0) * 100 if ratio.numel() else float("nan"),
+        "reduction": -(float(ratio.mean()) - 1.0) * 100 if ratio.numel() else nan,
         "se": se,
         "ci_low": float(low),
         "ci_high": float(high),

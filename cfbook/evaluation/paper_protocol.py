@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from cfbook.evaluation.bootstrap import Round, compare_rounds, draw_round
 from cfbook.evaluation.metrics import cost, mmd2, predict
+from cfbook.evaluation.protocol import mean_of
 from cfbook.search.constraints import Domain, Mutability
 from cfbook.search.generators import NativeGenerator, eval_mode
 from cfbook.search.targets import label_levels
@@ -93,11 +94,6 @@ def _round_measures(
     return out
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
 def paper_evaluate(
     models: Mapping[str, nn.Module],
     x_test: Tensor,
@@ -158,7 +154,7 @@ def paper_evaluate(
     per_round = {
         name: {
             k: [
-                _mean([per_weight[name][w][k][i] for w in protocol.energy_weights])
+                mean_of([per_weight[name][w][k][i] for w in protocol.energy_weights])
                 for i in range(protocol.rounds)
             ]
             for k in keys
@@ -166,7 +162,9 @@ def paper_evaluate(
         for name in models
     }
     by_weight = {
-        name: {f"{w:g}": {k: _mean(per_weight[name][w][k]) for k in keys} for w in per_weight[name]}
+        name: {
+            f"{w:g}": {k: mean_of(per_weight[name][w][k]) for k in keys} for w in per_weight[name]
+        }
         for name in models
     }
     return {"protocol": asdict(protocol), "per_round": per_round, "by_weight": by_weight}

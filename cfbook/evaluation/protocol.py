@@ -92,6 +92,11 @@ def mean_se(values: Sequence[float | None]) -> dict[str, float | int | None]:
     return {"mean": mean, "se": se, "n": n}
 
 
+def mean_of(values: Sequence[float | None]) -> float | None:
+    """The mean of the defined values (None if there are none)."""
+    return mean_se(values)["mean"]
+
+
 def _ip_star(
     cf: Tensor,
     target: Tensor,

@@ -297,6 +297,26 @@ def _trained(
     return models
 
 
+def _robustness(
+    models: dict[str, nn.Module], data: ExperimentData, scale: Scale, seed: int
+) -> dict[str, Any]:
+    """Each model's accuracy on the test set (its first ``scale.max_attack`` rows), clean and
+    under the paper's FGSM and PGD over its epsilon grid."""
+    rows = slice(0, scale.max_attack)
+    return {
+        t: attack_accuracy(
+            m,
+            data.x_test[rows],
+            data.y_test[rows],
+            epsilons=PAPER_EPSILONS,
+            domain=data.domain,
+            seed=seed,
+            **PAPER_PGD,
+        )
+        for t, m in models.items()
+    }
+
+
 def run_evaluation(
     key: str,
     seed: int,
@@ -333,19 +353,7 @@ def run_evaluation(
         domain=data.domain,
         mutability=data.protected_mutability,
     )
-    rows = slice(0, scale.max_attack)
-    robustness = {
-        t: attack_accuracy(
-            m,
-            data.x_test[rows],
-            data.y_test[rows],
-            epsilons=PAPER_EPSILONS,
-            domain=data.domain,
-            seed=seed,
-            **PAPER_PGD,
-        )
-        for t, m in models.items()
-    }
+    robustness = _robustness(models, data, scale, seed)
     result = {
         "config": config,
         "seconds": time.perf_counter() - start,
@@ -387,19 +395,7 @@ def run_ablation(
         rounds=scale.rounds, individuals=config["individuals"], seed=seed, tau=TEST_TAU["none"]
     )
     result = paper_evaluate(models, data.x_test, data.y_test, protocol, domain=data.domain)
-    rows = slice(0, scale.max_attack)
-    robustness = {
-        t: attack_accuracy(
-            models[t],
-            data.x_test[rows],
-            data.y_test[rows],
-            epsilons=PAPER_EPSILONS,
-            domain=data.domain,
-            seed=seed,
-            **PAPER_PGD,
-        )
-        for t in ABLATION
-    }
+    robustness = _robustness({t: models[t] for t in ABLATION}, data, scale, seed)
     saved = {
         "config": config,
         "seconds": time.perf_counter() - start,

@@ -16,6 +16,7 @@ import torch
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.metrics import accuracy
 from cfbook.evaluation.paper_protocol import PaperProtocol, paper_evaluate
+from cfbook.evaluation.protocol import mean_of
 from cfbook.paper.grid import Cell, Scale, _model, _reusable, cell_config, run_cell
 from cfbook.paper.settings import (
     EXPERIMENTS,
@@ -62,11 +63,6 @@ def knob_cells(data: tuple[str, ...] = KNOB_DATA) -> list[tuple[str, float, Cell
     return out
 
 
-def _mean(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
 def _evaluate(
     cell: Cell, scale: Scale, out: Path, data: ExperimentData, device: torch.device
 ) -> dict[str, Any]:
@@ -91,8 +87,8 @@ def _evaluate(
     saved = {
         "config": config,
         "seconds": time.perf_counter() - start,
-        "validity": _mean(rounds["validity"]),
-        "ip": _mean(rounds["ip"]),
+        "validity": mean_of(rounds["validity"]),
+        "ip": mean_of(rounds["ip"]),
         "accuracy": accuracy(model, data.x_test, data.y_test),
     }
     atomic_write_text(path, json.dumps(saved, indent=1))

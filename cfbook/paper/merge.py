@@ -15,6 +15,7 @@ import torch
 
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.bootstrap import compare_rounds
+from cfbook.evaluation.protocol import mean_of
 from cfbook.paper.settings import EXPERIMENTS
 
 # Measure -> (experiment, per-round key): IP and IP* without constraints, as in the paper's main
@@ -26,11 +27,6 @@ MEASURES = {
     "cost": ("protected", "cost"),
     "cost_unconstrained": ("unconstrained", "cost"),
 }
-
-
-def _mean(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
 
 
 def _pooled(evals: list[dict[str, Any]], experiment: str, model: str, key: str) -> list:
@@ -58,7 +54,7 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
         }
     validity = {
         experiment: {
-            m: _mean(_pooled(evals, experiment, m, "validity")) for m in ("full", "vanilla")
+            m: mean_of(_pooled(evals, experiment, m, "validity")) for m in ("full", "vanilla")
         }
         for experiment in ("unconstrained", "protected")
     }
@@ -66,9 +62,9 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
     for training in ("vanilla", "full", "full_protected"):
         runs = [e["robustness"][training] for e in evals]
         robustness[training] = {
-            "clean": _mean([r["clean"] for r in runs]),
+            "clean": mean_of([r["clean"] for r in runs]),
             **{
-                attack: {eps: _mean([r[attack][eps] for r in runs]) for eps in runs[0][attack]}
+                attack: {eps: mean_of([r[attack][eps] for r in runs]) for eps in runs[0][attack]}
                 for attack in ("fgsm", "pgd")
             },
         }
@@ -81,9 +77,9 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
         "training_seconds": sum(c["seconds"] for c in cells),
         "evaluation_seconds": sum(e["seconds"] for e in evals),
         "valid_at_training": {
-            t: _mean(
+            t: mean_of(
                 [
-                    _mean([r["percent_valid"] for r in c["log"]])
+                    mean_of([r["percent_valid"] for r in c["log"]])
                     for c in cells
                     if c["config"]["training"] == t
                 ]
@@ -106,15 +102,15 @@ def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
             )
             for key in ABLATION_MEASURES
         }
-        row["validity"] = _mean(_pooled(evals, "unconstrained", objective, "validity"))
+        row["validity"] = mean_of(_pooled(evals, "unconstrained", objective, "validity"))
         out[objective] = row
-    out["vanilla"] = {"validity": _mean(_pooled(evals, "unconstrained", "vanilla", "validity"))}
+    out["vanilla"] = {"validity": mean_of(_pooled(evals, "unconstrained", "vanilla", "validity"))}
     for objective in ("energy", "adversarial"):
         runs = [e["robustness"][objective] for e in evals]
         out[objective]["robustness"] = {
-            "clean": _mean([r["clean"] for r in runs]),
+            "clean": mean_of([r["clean"] for r in runs]),
             **{
-                a: {eps: _mean([r[a][eps] for r in runs]) for eps in runs[0][a]}
+                a: {eps: mean_of([r[a][eps] for r in runs]) for eps in runs[0][a]}
                 for a in ("fgsm", "pgd")
             },
         }
@@ -169,3 +165,18 @@ def merge_results(out: Path) -> Path:
     path = out / "results.json"
     atomic_write_text(path, json.dumps({"scale": scale, "data": tables, **extras}, indent=1))
     return path
+
+
+def read_result(data_dir: str | Path, name: str) -> dict[str, Any] | None:
+    """The shipped result ``<data_dir>/reproduction/<name>`` (``results.json``, ``two_d.json``,
+    ``knobs.json``, ``ig/mnist-s0.json``, ...), or None if it has not been made; a damaged file
+    is an error naming it and the command that makes it again."""
+    path = Path(data_dir) / "reproduction" / name
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err}): run `python -m cfbook.paper` to make it again"
+        ) from err

@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cfbook.book.figures.reproduction import FGSM_EPS
+from cfbook.book.figures.reproduction import FGSM_EPS, interval_bars
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.models import IMAGE_SHAPE
 from cfbook.paper import published
@@ -121,24 +121,12 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     for objective, name in OBJECTIVES.items():
         rows = [ablation[k][objective]["ip"] or {} for k in keys]
-        mid = [r.get("reduction") for r in rows]
         fig.add_bar(
             x=[EXPERIMENTS[k].label for k in keys],
-            y=mid,
+            y=[r.get("reduction") for r in rows],
             name=name,
             marker_color=OBJECTIVE_COLOURS[objective],
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [
-                    None if m is None else r["reduction_high"] - m
-                    for r, m in zip(rows, mid, strict=True)
-                ],
-                "arrayminus": [
-                    None if m is None else m - r["reduction_low"]
-                    for r, m in zip(rows, mid, strict=True)
-                ],
-            },
+            error_y=interval_bars(rows),
         )
     fig.update_layout(
         template=TEMPLATE,

@@ -227,6 +227,22 @@ def findings(results: dict[str, Any], scale: str) -> str:
     return "\n".join(out)
 
 
+def interval_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Plotly error bars from each row's reduction to its ``reduction_low`` / ``_high`` (none
+    where a row has no reduction)."""
+    mid = [r.get("reduction") for r in rows]
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [
+            None if m is None else r["reduction_high"] - m for r, m in zip(rows, mid, strict=True)
+        ],
+        "arrayminus": [
+            None if m is None else m - r["reduction_low"] for r, m in zip(rows, mid, strict=True)
+        ],
+    }
+
+
 def reduction_figure(results: dict[str, Any], scale: str) -> go.Figure:
     """Paper against ours per measure: bars with the paper's SE and our 99 % interval."""
     keys = list(results["data"])
@@ -247,22 +263,10 @@ def reduction_figure(results: dict[str, Any], scale: str) -> go.Figure:
             row=1,
             col=col,
         )
-        mid = [o.get("reduction") for o in ours]
         fig.add_bar(
             x=labels,
-            y=mid,
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [
-                    None if m is None else o["reduction_high"] - m
-                    for o, m in zip(ours, mid, strict=True)
-                ],
-                "arrayminus": [
-                    None if m is None else m - o["reduction_low"]
-                    for o, m in zip(ours, mid, strict=True)
-                ],
-            },
+            y=[o.get("reduction") for o in ours],
+            error_y=interval_bars(ours),
             name="cfbook (99 % interval)",
             marker_color=COLOURS["full"],
             showlegend=col == 1,

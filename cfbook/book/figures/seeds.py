@@ -9,7 +9,6 @@ seeds; otherwise the two are "comparable".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,21 +16,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cfbook.book.figures.training import BURNIN_COLOUR, COLOURS, TEMPLATE
+from cfbook.evaluation.protocol import mean_of, mean_se
 from cfbook.evaluation.report import clear_difference
 from cfbook.log import TrainingLog
 
 LAST_EPOCHS = 3  # accuracy is compared over the last this many recorded epochs of each seed
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _se(values: Sequence[float]) -> float | None:
-    if len(values) < 2:
-        return None
-    m = sum(values) / len(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values))
 
 
 def _burnin(logs: Sequence[TrainingLog]) -> int:
@@ -40,7 +29,7 @@ def _burnin(logs: Sequence[TrainingLog]) -> int:
 
 def _late(log: TrainingLog, field: str, last: int) -> float | None:
     values = [getattr(r, field) for r in log if getattr(r, field) is not None]
-    return _mean(values[-last:])
+    return mean_of(values[-last:])
 
 
 def seeds_summary(
@@ -52,7 +41,7 @@ def seeds_summary(
         raise ValueError(f"need as many CT as baseline runs, got {len(full)} and {len(vanilla)}")
     burnin = _burnin(full)
     post = {
-        name: [_mean([r.time_taken for r in log if r.epoch > burnin]) for log in logs]
+        name: [mean_of([r.time_taken for r in log if r.epoch > burnin]) for log in logs]
         for name, logs in (("full", full), ("vanilla", vanilla))
     }
     acc = {
@@ -65,7 +54,7 @@ def seeds_summary(
         if None not in (a, b)
     ]
     cf = [[r for r in log if r.epoch > burnin and r.implaus is not None] for log in full]
-    valid = [_mean([r.percent_valid for r in epochs]) for epochs in cf]
+    valid = [mean_of([r.percent_valid for r in epochs]) for epochs in cf]
     # The trend of the energy differential over the valid counterfactuals, first to last search
     # epoch, as a relative change (positive: it fell, i.e. CT better); and how much the average
     # over all counterfactuals fell, to show when that average tells another story.
@@ -82,8 +71,8 @@ def seeds_summary(
         "mature": full[0].meta.get("mature"),
         "nepochs": len(full[0]),
         "burnin_epochs": burnin,
-        "time_full": _mean([t for t in post["full"] if t is not None]),
-        "time_vanilla": _mean([t for t in post["vanilla"] if t is not None]),
+        "time_full": mean_of(post["full"]),
+        "time_vanilla": mean_of(post["vanilla"]),
         "acc_full": acc["full"],
         "acc_vanilla": acc["vanilla"],
         "acc_diffs_pp": acc_diffs,
@@ -95,7 +84,8 @@ def seeds_summary(
 
 
 def _spread(values: Sequence[float], unit: str, digits: int = 1) -> str:
-    mean, se = _mean(values), _se(values)
+    stat = mean_se(values)
+    mean, se = stat["mean"], stat["se"]
     text = f"{mean:+.{digits}f}{unit}"
     return text if se is None else f"{text} ± {se:.{digits}f}"
 
@@ -130,7 +120,7 @@ def seeds_markdown(s: dict[str, Any]) -> str:
     valid = [v for v in s["valid_per_seed"] if v is not None]
     if valid:
         out.append(
-            f"**Search:** after burn-in {100 * _mean(valid):.0f} % of the training-time "
+            f"**Search:** after burn-in {100 * mean_of(valid):.0f} % of the training-time "
             f"counterfactuals were valid on average (per seed: "
             f"{', '.join(f'{100 * v:.0f} %' for v in valid)})."
         )
