@@ -146,3 +146,90 @@ def test_profile_table_lists_every_setting():
     assert rows["mature"].split(" | ")[1:3] == ["raw", "neighbour"]  # tutorial, cpu
     with pytest.raises(ValueError, match="profiles is empty"):
         profile_table([])
+
+
+def _microscope() -> dict:
+    """Two hand-made searches of an empty 28 x 28 image: the baseline's jumps in one step (its
+    adversarial example is the factual), CT's takes three, leaving the epsilon box after one."""
+
+    def images(*levels: int) -> list[str]:
+        return [bytes([v] * 784).hex() for v in levels]
+
+    return {
+        "meta": {
+            "factual": 4,
+            "target": 9,
+            "index": 7,
+            "domain": [-1.0, 1.0],
+            "search": {"tau": 0.75, "epsilon": 0.3, "maxiter": 4},
+        },
+        "searches": {
+            "vanilla": {
+                "path": images(0, 200),
+                "target_prob": [0.1, 0.9, 0.9, 0.9, 0.9],
+                "distance": [0.0, 1.57, 1.57, 1.57, 1.57],
+                "counterfactual_at": 1,
+                "adversarial_at": 0,
+                "valid": True,
+            },
+            "full": {
+                "path": images(0, 20, 60, 100),
+                "target_prob": [0.1, 0.2, 0.5, 0.8, 0.8],
+                "distance": [0.0, 0.16, 0.47, 0.78, 0.78],
+                "counterfactual_at": 3,
+                "adversarial_at": 1,
+                "valid": True,
+            },
+        },
+    }
+
+
+def test_the_microscope_slider_moves_every_panel_through_the_iterates():
+    from cfbook.book.figures.microscope import microscope_figure
+
+    fig = microscope_figure(_microscope())
+    assert len(fig.frames) == 5 and len(fig.layout.sliders[0].steps) == 5
+    assert fig.layout.sliders[0].active == 4  # the page opens on the finished searches
+    first, last = fig.frames[0].data, fig.frames[-1].data
+    # Per row: the iterate, its change, the step's point on both curves (baseline row first).
+    assert first[0].z[0][0] == 0 and first[1].z[5][5] == 0 and first[4].z[0][0] == 0
+    assert last[0].z[27][27] == 200 and last[1].z[27][27] == 200  # frozen after step 1
+    assert last[4].z[0][0] == 100 and last[5].z[0][0] == 100
+    assert fig.frames[2].data[6].x == (2,) and fig.frames[2].data[6].y == (0.5,)
+    assert fig.frames[2].data[7].y == (0.47,)
+    # The frames replace exactly the traces they hold, in that order.
+    moving = fig.frames[0].traces
+    assert [fig.data[i].type for i in moving] == ["heatmap", "heatmap", "scatter", "scatter"] * 2
+    lines = sorted(shape.y0 for shape in fig.layout.shapes)
+    assert lines == [0.3, 0.3, 0.75, 0.75]  # ε and τ in both rows
+
+
+def test_the_microscope_text_says_where_each_adversarial_example_was_taken():
+    from cfbook.book.figures.microscope import microscope_text
+
+    text = microscope_text(_microscope())
+    assert "baseline search reached τ = 0.75 after 1 step (p = 0.90)" in text
+    assert "adversarial example is the unchanged factual" in text
+    assert "CT search reached τ = 0.75 after 3 steps (p = 0.80)" in text
+    assert "adversarial example is step 1, the last within ε = 0.3" in text
+    # CT's counterfactual: 100 levels on each of 784 pixels, in [-1, 1] units.
+    assert f"L1 {100 / 255 * 2 * 784:.1f}" in text
+
+
+def test_the_benchmark_pictures_draw_the_recorded_tables():
+    from cfbook.book.figures.benchmarks import search_memory_figure, throughput_figure
+    from cfbook.book.scaling import benchmark_table
+
+    rows = benchmark_table("throughput")  # benchmark 1, recorded in benchmarks/RESULTS.md
+    fig = throughput_figure()
+    native, reference = fig.data
+    assert len(native.x) == len(rows) and native.x[0] == f"{rows[0]['model']}, nce {rows[0]['nce']}"
+    assert native.y[0] == float(rows[0]["Native cf/s"].replace(",", ""))
+    # Each bar pair is labelled with the speed-up the benchmark recorded for it.
+    ratios = [float(r["Native / Reference"].rstrip("x")) for r in rows]
+    assert [a.text for a in fig.layout.annotations] == [f"{r:g}x faster" for r in ratios]
+    assert all(n > r for n, r in zip(native.y, reference.y, strict=True))
+    memory = search_memory_figure()
+    chunk = memory.data[0]  # peak against cf_batchsize
+    assert list(chunk.x) == sorted(chunk.x) and chunk.y[-1] > 4 * chunk.y[0]
+    assert throughput_figure("no-such-kind") is None and search_memory_figure("none") is None

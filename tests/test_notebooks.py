@@ -155,3 +155,39 @@ def test_nbval_runs_the_book():
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+# Chapters that end with exercises before their takeaways.
+EXERCISES = {"training", "evaluation", "two_d"}
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_figures_are_labelled_captioned_and_referred_to_by_number(chapter):
+    nb = read(chapter)
+    prose = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    for cell in code_cells(nb):
+        options, _ = _options(cell.source)
+        figures = [o for o in cell.outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+        labels = [o[len("label: ") :] for o in options if o.startswith("label: fig-")]
+        if figures:
+            assert labels, f"{chapter}: a figure without '#| label: fig-...'"
+            assert any(o.startswith("fig-cap: ") for o in options), f"{chapter}: {labels} no cap"
+            # One display per labelled cell: a second output would make Quarto split the
+            # figure into uncaptioned subfigures.
+            assert all(o in figures for o in cell.outputs), f"{chapter}: {labels} shows text too"
+        for label in labels:
+            assert f"@{label}" in prose, f"{chapter}: no sentence refers to @{label}"
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c != "index"])
+def test_chapters_end_with_takeaways_and_some_with_exercises(chapter):
+    headings = [
+        line
+        for cell in read(chapter).cells
+        if cell.cell_type == "markdown"
+        for line in cell.source.splitlines()
+        if line.startswith("## ")
+    ]
+    assert headings[-1] == "## Takeaways", f"{chapter} ends with {headings[-1]!r}"
+    if chapter in EXERCISES:
+        assert headings[-2] == "## Exercises", chapter

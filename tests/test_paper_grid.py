@@ -296,6 +296,9 @@ def test_the_knob_text_reads_the_ends_of_each_line():
     )
     fig = knobs_figure(knobs)
     assert len(fig.data) == 3 and list(fig.data[1].y) == [pytest.approx(2.1), pytest.approx(1.1)]
+    # Settings as evenly spaced categories (λ_adv starts at 0); IP on a log axis, titled.
+    assert fig.layout.xaxis.type == "category" and list(fig.data[0].x) == ["0.1", "2"]
+    assert fig.layout.yaxis2.type == "log" and "L1" in fig.layout.yaxis2.title.text
 
 
 def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):

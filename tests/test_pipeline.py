@@ -35,6 +35,7 @@ from cfbook.book.stages import (
     evaluation_path,
     load_comparison_runs,
     load_evaluation,
+    load_microscope,
     log_path,
     run_training_stage,
     stage_checkpoint_dir,
@@ -42,6 +43,8 @@ from cfbook.book.stages import (
     weights_path,
 )
 from cfbook.book.toc import CONFIG_FILE, HOME_PAGE, read_book
+from cfbook.data import load_mnist
+from cfbook.evaluation.protocol import decode_images
 from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
 from cfbook.models import build_model
 
@@ -502,3 +505,20 @@ def test_profile_data_is_the_stages_subset_and_loader() -> None:
     assert loader.batch_size == SMOKE.batch_size and loader.tensors[0] is data.x
     again, _ = profile_data(SMOKE, device="cpu")
     assert torch.equal(again.x, data.x)  # seeded: both stages see the same subset
+
+
+@pytest.mark.slow
+def test_smoke_stages_leave_one_search_under_the_microscope(smoke_book: SmokeBook) -> None:
+    result = load_microscope("smoke", data_dir=smoke_book.data_dir)
+    assert result is not None and result["meta"]["config"] == SMOKE.config()
+    data = load_mnist(SMOKE.n, seed=SMOKE.seed, root=smoke_book.data_dir)
+    index, tau = result["meta"]["index"], SMOKE.tau
+    assert int(data.y_val[index]) == result["meta"]["factual"]
+    for search in result["searches"].values():
+        path = decode_images(search["path"], (-1.0, 1.0))
+        # The first iterate is the held-out digit itself (to the 8-bit quantisation).
+        assert (path[0] - data.x_val[index]).abs().max() <= 1 / 255 + 1e-6
+        assert len(search["target_prob"]) == SMOKE.maxiter + 1
+        assert path.shape[0] == search["counterfactual_at"] + 1
+        assert search["valid"] == (search["target_prob"][search["counterfactual_at"]] >= tau)
+        assert search["distance"][search["adversarial_at"]] <= result["meta"]["search"]["epsilon"]

@@ -32,6 +32,7 @@ from sitecheck import (
 )
 
 from cfbook.book.site.build import PLOTLY_JS
+from cfbook.book.site.nbconvert import _figure_numbers
 from cfbook.book.toc import read_book
 
 PRE_RENDER = REPO / "scripts" / "quarto_pre_render.py"
@@ -242,3 +243,78 @@ def test_quarto_pages_from_disk_draw_their_figures_offline(
         visit.page.wait_for_timeout(300)
         assert visit.problems == [], f"{page}: {visit.problems}"
         visit.page.close()
+
+
+# --- what a reader must find on the rendered pages ----------------------------------------------
+
+# Plotly figures not inside a float numbered and captioned by Quarto ("Figure 11.1: ...");
+# subfigures count by their enclosing float's caption.
+_UNCAPTIONED = """() => Array.from(document.querySelectorAll('.plotly-graph-div')).filter(div => {
+    let figure = div.closest('figure');
+    while (figure?.parentElement?.closest('figure')) {
+        figure = figure.parentElement.closest('figure');
+    }
+    const caption = figure && figure.querySelector(':scope > figcaption');
+    return !(caption && /^\\s*Figure\\s[\\d.]+:\\s*\\S/.test(caption.textContent));
+}).map(div => div.id)"""
+_NUMBERS = """() => Object.fromEntries(Array.from(
+    document.querySelectorAll('div.quarto-float[id^="fig-"]'),
+    float => [float.id, float.querySelector(':scope > figure > figcaption').textContent
+        .match(/Figure\\s([\\d.]+):/)[1]]))"""
+_CODE = "() => Array.from(document.querySelectorAll('div.sourceCode pre'), pre => pre.innerText)"
+_HEATMAPS = """() => Array.from(
+    document.querySelectorAll('#fig-microscope .plotly-graph-div g.hm image'),
+    image => image.getAttribute('href'))"""
+
+
+@pytest.mark.slow
+def test_quarto_pages_caption_every_figure_and_show_the_api_not_the_machinery(
+    browser: Browser, fresh_clone: Path, quarto_site: str
+) -> None:
+    captioned, code, numbers = 0, {}, {}
+    for page, _ in _pages(fresh_clone):
+        visit = open_page(browser, quarto_site, page)
+        drawn = drawn_figures(visit.page)
+        assert visit.page.evaluate(_UNCAPTIONED) == [], f"{page}: figures without a caption"
+        numbers |= {
+            label: (page, f"Figure {n}") for label, n in visit.page.evaluate(_NUMBERS).items()
+        }
+        captioned += drawn
+        code[page] = visit.page.evaluate(_CODE)
+        visit.page.close()
+    assert captioned >= 10
+    # The nbconvert fallback numbers the figures as Quarto does.
+    notebooks = [nbformat.read(notebook, as_version=4) for _, notebook in _pages(fresh_clone)]
+    assert _figure_numbers(notebooks, [page for page, _ in _pages(fresh_clone)]) == numbers
+    shown = "\n".join(block for blocks in code.values() for block in blocks)
+    assert "counterfactual_training(" in shown and ".generate(" in shown
+    explains_machinery = {"book/setup.html", "book/training.html"}
+    for page, blocks in code.items():
+        if page not in explains_machinery:
+            assert not [b for b in blocks if "CT_MODE = None" in b or "setup(CT_MODE" in b], page
+
+
+@pytest.mark.slow
+def test_quarto_search_slider_moves_the_images(
+    browser: Browser, fresh_clone: Path, quarto_site: str
+) -> None:
+    visit = open_page(browser, quarto_site, "book/evaluation.html")
+    drawn_figures(visit.page)
+    before = visit.page.evaluate(_HEATMAPS)
+    assert len(before) == 4 and all(before)  # iterate and change, for both models
+    label = visit.page.locator("#fig-microscope text.slider-label").first
+    opened = label.text_content()  # the page opens on the finished searches, not on step 0
+    assert opened.startswith("search step ") and opened != "search step 0"
+    rail = visit.page.locator("#fig-microscope .slider-rail-touch-rect").first
+    rail.scroll_into_view_if_needed()
+    box = rail.bounding_box()
+    assert box is not None
+    visit.page.mouse.click(box["x"] + 2, box["y"] + box["height"] / 2)  # back to step 0
+    visit.page.wait_for_function(
+        f"before => JSON.stringify(({_HEATMAPS})()) !== JSON.stringify(before)", arg=before
+    )
+    after = visit.page.evaluate(_HEATMAPS)
+    assert after[0] != before[0] and after[2] != before[2]  # both models' iterates changed
+    assert label.text_content() == "search step 0"
+    assert visit.problems == []
+    visit.page.close()

@@ -6,7 +6,7 @@ import torch
 
 from cfbook.models import mlp
 from cfbook.search.generators import NativeGenerator, ReferenceGenerator
-from cfbook.search.path import search_path
+from cfbook.search.path import record_search, search_path
 
 
 def _setup():
@@ -38,3 +38,34 @@ def test_a_protected_feature_never_moves_along_the_path():
     path = search_path(g, model, x, target, mutability=["none", "both"])
     assert torch.equal(path[:, :, 0], x[:, 0].expand(16, 12))
     assert (path[-1, :, 1] != x[:, 1]).any()
+
+
+def test_every_recorded_iterate_is_the_reference_search_stopped_there():
+    """Iterate k of the path is where ReferenceGenerator(maxiter=k) ends. The energy schedule
+    depends on maxiter through round(maxiter / 25), which is 1 for every k from 13 to 30."""
+    model, x, target = _setup()
+    settings = {"step_size": 0.3, "tau": 0.95, "lambda_cost": 0.01, "lambda_energy": 2.0}
+    path = search_path(NativeGenerator(maxiter=30, **settings), model, x, target)
+    for k in range(13, 31):
+        reference = ReferenceGenerator(maxiter=k, **settings).generate(model, x, target)
+        assert torch.allclose(path[k], reference.counterfactual, atol=1e-5), k
+    assert (path[13] != path[30]).any()  # the rows still move over the compared iterates
+
+
+def test_a_record_marks_where_the_search_returns_its_counterfactual_and_adversarial_example():
+    model, x, target = _setup()
+    g = NativeGenerator(maxiter=25, step_size=1.0, tau=0.8, epsilon=0.5, compile=False)
+    result = g.generate(model, x, target)
+    for i in range(x.shape[0]):
+        record = record_search(g, model, x[i], int(target[i]))
+        assert record.path.shape == (26, 2) and record.target_prob.shape == (26,)
+        assert record.counterfactual_at == int(result.iterations[i])
+        assert record.valid == bool(result.valid[i])
+        assert torch.allclose(record.path[record.counterfactual_at], result.counterfactual[i])
+        assert torch.allclose(record.path[record.adversarial_at], result.nascent[i])
+        assert record.distance[record.adversarial_at] <= 0.5
+        if record.adversarial_at < record.counterfactual_at:
+            assert record.distance[record.adversarial_at + 1] > 0.5
+    # Both outcomes occur, and some rows leave the epsilon ball before they stop.
+    assert result.valid.any() and not result.valid.all()
+    assert not torch.equal(result.nascent, result.counterfactual)

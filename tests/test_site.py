@@ -259,3 +259,40 @@ def test_smoke_chapters_are_nbconvert_pages_with_one_plotly(nbconvert_site: Path
     for page in nbconvert_site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"<script[^>]+src=\"(https?:)?//", text)  # nothing from a CDN
+
+
+def test_nbconvert_pages_apply_the_quarto_cell_options_and_figure_references(
+    tmp_path: Path,
+) -> None:
+    project = _tiny_project(tmp_path / "project")
+    second = nbformat.read(project / "book" / "second.ipynb", as_version=4)
+    figure = nbformat.v4.new_output("display_data", {"text/html": "<div>plot</div>"})
+    second.cells += [
+        nbformat.v4.new_code_cell("#| include: false\nsecret_parameter = 1"),
+        nbformat.v4.new_code_cell(
+            "#| echo: false\nhidden_setup()",
+            outputs=[nbformat.v4.new_output("stream", text="ok\n")],
+        ),
+        nbformat.v4.new_code_cell(
+            '#| label: fig-curve\n#| fig-cap: "A curve & its axis"\nshow_curve()',
+            outputs=[figure],
+        ),
+        nbformat.v4.new_markdown_cell("As @fig-curve shows, and @fig-unknown does not."),
+    ]
+    nbformat.write(second, project / "book" / "second.ipynb")
+    first = nbformat.read(project / "book" / "first.ipynb", as_version=4)
+    first.cells.append(nbformat.v4.new_markdown_cell("See @fig-curve."))
+    nbformat.write(first, project / "book" / "first.ipynb")
+    build_site(project, tmp_path / "site", use_quarto=False)
+    page = (tmp_path / "site" / "book" / "second.html").read_text(encoding="utf-8")
+    assert "secret_parameter" not in page  # include: false drops the cell and its output
+    assert "hidden_setup" not in page and "ok\n" in page  # echo: false keeps the output only
+    assert "#|" not in page
+    # The third chapter, counting the home page as Quarto does: Figure 3.1, captioned, anchored.
+    assert (
+        '<p class="cfbook-caption" id="fig-curve"><b>Figure 3.1</b>: A curve &amp; its axis' in page
+    )
+    assert ({"href": "#fig-curve"}, "Figure 3.1") in _links(page)
+    assert "@fig-unknown" in page  # left as it is, as Quarto leaves an unresolved reference
+    other = (tmp_path / "site" / "book" / "first.html").read_text(encoding="utf-8")
+    assert ({"href": "second.html#fig-curve"}, "Figure 3.1") in _links(other)

@@ -31,6 +31,8 @@ from cfbook.log import TrainingLog, load_log, save_log
 
 __all__ = [
     "SCALING_DIR",
+    "benchmark_summary",
+    "benchmark_table",
     "device_comparison_markdown",
     "launcher",
     "load_scaling_runs",
@@ -226,6 +228,25 @@ def stored_benchmark(name: str, kind: str = "cpu") -> str | None:
         rf"<!-- begin {key} -->\n(.*?)<!-- end {key} -->", results.read_text(), re.DOTALL
     )
     return found.group(1).strip() if found else None
+
+
+def benchmark_table(name: str, kind: str = "cpu") -> list[dict[str, str]] | None:
+    """The first table of a recorded benchmark, one dict per row keyed by its header; None if
+    the benchmark was never recorded."""
+    block = stored_benchmark(name, kind)
+    if block is None:
+        return None
+    lines = [line for line in block.splitlines() if line.startswith("|")]
+    table = []
+    for line in lines:
+        if set(line) <= set("|-: "):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if table and len(cells) != len(table[0]):
+            break  # the next table (its targets) begins
+        table.append(cells)
+    header, *rows = table
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def benchmark_summary(name: str, kind: str = "cpu") -> str | None:

@@ -16,6 +16,7 @@ import torch
 
 from cfbook import distributed
 from cfbook.atomic import atomic_torch_save, atomic_write_text
+from cfbook.book.microscope import MICROSCOPE_FORMAT, look_closely
 from cfbook.book.profiles import Profile, check_mode
 from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
@@ -32,7 +33,9 @@ __all__ = [
     "load_comparison_runs",
     "load_evaluation",
     "load_evaluations",
+    "load_microscope",
     "load_paired_evaluation",
+    "microscope_path",
     "paired_evaluation_path",
     "run_paired_evaluation",
     "log_path",
@@ -252,7 +255,8 @@ def run_paired_evaluation(
 ) -> Path | None:
     """The paper's protocol on both objectives, seed by seed (CT run k against baseline run k),
     on the held-out digits, once both stages have trained this profile; the second stage to
-    finish runs it. Returns the file written, or None (and says why) if a stage is missing."""
+    finish runs it, and saves run 1's search under the microscope beside it. Returns the file
+    written, or None (and says why) if a stage is missing."""
     root = Path(data_dir) if data_dir is not None else find_data_dir()
     missing = [m for m in TRAINING_MODES if not _trained_runs(root, profile, m)]
     if missing:
@@ -272,6 +276,14 @@ def run_paired_evaluation(
             )
             model.load_state_dict(state)
             models[mode] = model.eval()
+        if run == 1:
+            microscope = look_closely(models, data.x_val, data.y_val, profile.search())
+            microscope["meta"] |= {
+                "profile": profile.name,
+                "config": profile.config(),
+                "seed": seed,
+            }
+            atomic_write_text(microscope_path(root, profile.name), json.dumps(microscope))
         protocol = replace(profile.paired, seed=seed)
         evaluations.append(
             paper_evaluate(models, data.x_val, data.y_val, protocol, domain=(-1.0, 1.0))
@@ -286,6 +298,25 @@ def run_paired_evaluation(
     atomic_write_text(path, json.dumps(result, indent=1))
     print(f"Saved the paired evaluation to {display_path(path, root)}")
     return path
+
+
+def microscope_path(data_dir: str | Path | None, profile_name: str) -> Path:
+    """Where the paired evaluation saves its search under the microscope (run 1's models)."""
+    return profile_dir(data_dir, profile_name) / "microscope.json"
+
+
+def load_microscope(
+    profile_name: str, *, data_dir: str | Path | None = None
+) -> dict[str, Any] | None:
+    """The search under the microscope of ``profile_name``, or None after saying which command
+    makes it."""
+    path = microscope_path(data_dir, profile_name)
+    if _missing([path], profile_name, data_dir):
+        return None
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if result.get("format") != MICROSCOPE_FORMAT:
+        raise ValueError(f"{path} is not a cfbook microscope file; run both training stages again")
+    return result
 
 
 def load_paired_evaluation(

@@ -235,7 +235,7 @@ def attack_accuracy(
     return out
 
 
-def _quantise(x: Tensor, low: float, high: float) -> list[str]:
+def encode_images(x: Tensor, low: float, high: float) -> list[str]:
     """Images as hex strings of 8-bit levels between the domain bounds: a gallery file of a few
     kilobytes per digit that is still plain JSON."""
     levels = ((x - low) / (high - low) * 255).round().clamp(0, 255).to(torch.uint8).cpu()
@@ -271,8 +271,8 @@ def gallery(
         "target": target.tolist(),
         "valid": valid.tolist(),
         "domain": [low, high],
-        "factual": _quantise(x[idx], low, high),
-        "counterfactual": _quantise(found.counterfactual, low, high),
+        "factual": encode_images(x[idx], low, high),
+        "counterfactual": encode_images(found.counterfactual, low, high),
     }
 
 
@@ -407,6 +407,7 @@ __all__ = [
     "decode_images",
     "decode_levels",
     "draw_factuals",
+    "encode_images",
     "evaluate",
     "gallery",
     "mean_se",

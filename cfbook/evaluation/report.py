@@ -148,10 +148,11 @@ def clear_difference(diffs: Sequence[float]) -> bool:
 
 
 # The paired evaluation's measures (all distances: lower is better), in the chapter's order.
+# IP* at length scale 0.5 stays in the files but not in the tables: between MNIST digits that
+# kernel is nearly 0, so the per-round ratios CT / baseline explode wherever the baseline's is.
 PAIRED_MEASURES = {
     "ip": "IP (L1 to target-class digits)",
     "ip_star_5": "IP* (MMD², length scale 5)",
-    "ip_star_0.5": "IP* (MMD², length scale 0.5)",
     "cost": "cost (L1 from the factual)",
 }
 

@@ -3,12 +3,16 @@ row's point is recorded at every iteration (a converged row stays where it stopp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
 from cfbook.search.constraints import Domain, Mutability
 from cfbook.search.generators import SearchParameters, _prepare, eval_mode
 from cfbook.search.step import StepSettings, WorkingSet, eager_step
+
+__all__ = ["SearchRecord", "record_search", "search_path"]
 
 
 def search_path(
@@ -33,3 +37,56 @@ def search_path(
             eager_step(model, ws, generator.energy_weight(t), constraints, settings)
             points.append(ws.x.detach().clone())
     return torch.stack(points)
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """One factual's search, iterate by iterate: what a picture of the search needs.
+
+    ``counterfactual_at`` is the iterate the search returns: the first whose target probability
+    reaches ``tau`` (the search stops there), else the last. ``adversarial_at`` is the last
+    iterate up to it that lies within ``epsilon`` (L-inf) of the factual: the nascent point that
+    the adversarial term of counterfactual training uses.
+    """
+
+    path: Tensor
+    target_prob: Tensor
+    distance: Tensor
+    counterfactual_at: int
+    adversarial_at: int
+    valid: bool
+
+
+def record_search(
+    generator: SearchParameters,
+    model: nn.Module,
+    x: Tensor,
+    target: int,
+    *,
+    domain: Domain = None,
+    mutability: Mutability = None,
+) -> SearchRecord:
+    """Search one factual ``x`` (D,) towards class ``target`` and keep every iterate with its
+    target probability and its L-inf distance from ``x``."""
+    path = search_path(
+        generator,
+        model,
+        x[None],
+        torch.tensor([target], device=x.device),
+        domain=domain,
+        mutability=mutability,
+    )[:, 0]
+    with torch.no_grad(), eval_mode(model):
+        prob = model(path).float().softmax(1)[:, target]
+    distance = (path - path[0]).abs().amax(1)
+    reached = (prob >= generator.tau).nonzero().flatten().tolist()
+    stop = reached[0] if reached else generator.maxiter
+    within = (distance[: stop + 1] <= generator.epsilon).nonzero().flatten().tolist()
+    return SearchRecord(
+        path.cpu(),
+        prob.cpu(),
+        distance.cpu(),
+        counterfactual_at=stop,
+        adversarial_at=within[-1],
+        valid=bool(prob[stop] >= generator.tau),
+    )

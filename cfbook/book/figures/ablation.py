@@ -133,7 +133,8 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
         barmode="group",
         height=400,
         yaxis_title="IP reduction against the baseline (%)",
-        legend={"orientation": "h", "y": -0.15},
+        xaxis_title="data set",
+        legend={"orientation": "h", "y": -0.25},
     )
     return fig
 
@@ -198,7 +199,12 @@ def ig_maps_figure(results_ig_file: dict[str, Any]) -> go.Figure:
     fig.update_annotations(font_size=10)
     fig.update_layout(
         template=TEMPLATE,
-        coloraxis={"colorscale": "Viridis", "cmin": 0, "cmax": 1, "colorbar": {"title": "IG"}},
+        coloraxis={
+            "colorscale": "Viridis",
+            "cmin": 0,
+            "cmax": 1,
+            "colorbar": {"title": "|IG|, scaled to [0, 1]"},
+        },
         height=300,
         margin={"l": 10, "r": 10, "t": 30, "b": 10},
     )
@@ -212,6 +218,11 @@ KNOB_LABELS = {
     "step_size": "search step",
 }
 KNOB_MEASURES = {"validity": "validity", "ip": "IP (L1)", "accuracy": "test accuracy"}
+_KNOB_AXES = {
+    "validity": "validity (share)",
+    "ip": "IP: L1 to target class (log)",
+    "accuracy": "test accuracy (share)",
+}
 DATA_COLOURS = {"moons": "#2ca02c", "mnist": "#1f6fb4"}
 
 
@@ -224,8 +235,7 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
         cols=len(names),
         shared_xaxes=False,
         column_titles=[KNOB_LABELS[k] for k in names],
-        row_titles=list(KNOB_MEASURES.values()),
-        horizontal_spacing=0.05,
+        horizontal_spacing=0.06,
         vertical_spacing=0.06,
     )
     for key, table in knobs["data"].items():
@@ -235,7 +245,7 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
                 seeds = [[v for v in table[knob][x][measure] if v is not None] for x in values]
                 mean = [sum(s) / len(s) if s else None for s in seeds]
                 fig.add_scatter(
-                    x=[float(x) for x in values],
+                    x=[f"{float(x):g}" for x in values],
                     y=mean,
                     mode="lines+markers",
                     name=EXPERIMENTS[key].label,
@@ -253,8 +263,16 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
                     row=row,
                     col=col,
                 )
-    fig.update_xaxes(type="log")
-    fig.update_layout(template=TEMPLATE, height=620, legend={"orientation": "h", "y": -0.08})
+    # Three settings per knob, λ_adv's first one 0: evenly spaced categories, not a log axis.
+    fig.update_xaxes(type="category")
+    for col, knob in enumerate(names, start=1):
+        fig.update_xaxes(title_text=KNOB_LABELS[knob], row=len(KNOB_MEASURES), col=col)
+    for row, measure in enumerate(KNOB_MEASURES, start=1):
+        fig.update_yaxes(title_text=_KNOB_AXES[measure], row=row, col=1)
+    # IP is an L1 distance over 2 features (Moons) or 784 pixels (MNIST): only a log axis shows
+    # both lines move.
+    fig.update_yaxes(type="log", row=list(KNOB_MEASURES).index("ip") + 1)
+    fig.update_layout(template=TEMPLATE, height=680, legend={"orientation": "h", "y": -0.12})
     return fig
 
 

@@ -273,7 +273,8 @@ def reduction_figure(results: dict[str, Any], scale: str) -> go.Figure:
             row=1,
             col=col,
         )
-    fig.update_yaxes(title_text="reduction, CT vs BL (%)", row=1, col=1)
+    fig.update_yaxes(title_text="reduction, CT vs BL (%)")
+    fig.update_xaxes(title_text="data set")
     fig.update_layout(template=TEMPLATE, barmode="group", height=420, legend={"orientation": "h"})
     return fig
 

@@ -40,7 +40,9 @@ def show(fig: go.Figure) -> None:
     spec = fig.to_json()
     div_id = "cfbook-" + hashlib.sha1(spec.encode()).hexdigest()[:12]
     bundle = {
-        "text/html": fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id),
+        "text/html": fig.to_html(
+            full_html=False, include_plotlyjs=False, div_id=div_id, auto_play=False
+        ),
         "application/vnd.plotly.v1+json": json.loads(spec),
     }
     display(bundle, raw=True)

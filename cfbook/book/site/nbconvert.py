@@ -3,6 +3,8 @@
 Each chapter becomes one page at the same place Quarto would put it (``index.html``,
 ``book/setup.html``, ...), with a sidebar in ``_quarto.yml`` order, previous/next links, MathML
 instead of MathJax and the site's one local ``plotly.min.js``: the book reads and draws offline.
+The Quarto cell options the chapters use (hidden cells, figure captions and ``@fig-``
+references) are applied as Quarto applies them.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ main.cfbook-main { margin-left: 16rem; padding: 1rem 2rem 3rem; max-width: 70rem
 .cfbook-pager { display: flex; justify-content: space-between; margin-top: 3rem; padding-top: 1rem;
   border-top: 1px solid #ddd; font-family: system-ui, sans-serif; }
 .cfbook-pager a { color: #1f4e8c; text-decoration: none; }
+.cfbook-caption { font-family: system-ui, sans-serif; font-size: 0.9rem; color: #444; }
 @media (max-width: 50rem) {
   .cfbook-sidebar { position: static; width: auto; border-right: none; }
   main.cfbook-main { margin-left: 0; }
@@ -185,6 +188,68 @@ def _pager(pages: list[tuple[str, str]], current: int) -> str:
     return f'<nav class="cfbook-pager" aria-label="Previous and next">{"".join(links)}</nav>'
 
 
+_OPTION = re.compile(r"^#\| ([\w-]+): ?(.*)$")
+_FIG_REF = re.compile(r"@(fig-[\w-]+)")
+
+
+def _options(source: str) -> tuple[dict[str, str], str]:
+    """A code cell's leading Quarto options (``#| key: value``) and the code after them."""
+    lines = source.splitlines()
+    options = {}
+    while lines and (match := _OPTION.match(lines[0])):
+        options[match[1]] = match[2].strip().strip('"')
+        lines.pop(0)
+    return options, "\n".join(lines)
+
+
+def _figure_numbers(notebooks: list[nbformat.NotebookNode], pages: list[str]) -> dict[str, tuple]:
+    """``label -> (page, "Figure c.k")`` as Quarto numbers them: chapter c (the home page is
+    chapter 1), figure k within it."""
+    numbers = {}
+    for c, (nb, page) in enumerate(zip(notebooks, pages, strict=True), start=1):
+        k = 0
+        for cell in nb.cells:
+            label = _options(cell.source)[0].get("label", "") if cell.cell_type == "code" else ""
+            if label.startswith("fig-"):
+                k += 1
+                numbers[label] = (page, f"Figure {c}.{k}")
+    return numbers
+
+
+def _as_quarto_would(nb: nbformat.NotebookNode, page: str, figures: dict[str, tuple]) -> None:
+    """Apply the Quarto cell options the book uses (``include``, ``echo``, ``label`` and
+    ``fig-cap``) and resolve ``@fig-`` references, so both builders show the same page."""
+    kept = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = _FIG_REF.sub(lambda m: _figure_link(m[1], page, figures), cell.source)
+        elif cell.cell_type == "code":
+            options, cell.source = _options(cell.source)
+            if options.get("include") == "false":
+                continue
+            if options.get("echo") == "false":
+                cell.metadata["transient"] = {"remove_source": True}
+            label = options.get("label", "")
+            if label in figures and "fig-cap" in options:
+                caption = f"<b>{figures[label][1]}</b>: {html.escape(options['fig-cap'])}"
+                cell.outputs.append(
+                    nbformat.v4.new_output(
+                        "display_data",
+                        {"text/html": f'<p class="cfbook-caption" id="{label}">{caption}</p>'},
+                    )
+                )
+        kept.append(cell)
+    nb.cells = kept
+
+
+def _figure_link(label: str, page: str, figures: dict[str, tuple]) -> str:
+    if label not in figures:
+        return f"@{label}"  # as Quarto leaves an unresolved reference (and warns)
+    target, name = figures[label]
+    href = f"#{label}" if target == page else f"{_href(target, page)}#{label}"
+    return f"[{name}]({href})"
+
+
 def render_with_nbconvert(book: Book, source_dir: Path, site_dir: Path) -> Path:
     """One HTML page per chapter of ``source_dir`` in ``site_dir``; returns the home page."""
     site_dir.mkdir(parents=True, exist_ok=True)
@@ -200,8 +265,10 @@ def render_with_nbconvert(book: Book, source_dir: Path, site_dir: Path) -> Path:
         template_file="cfbook.html.j2",
         extra_loaders=[jinja2.DictLoader({"cfbook.html.j2": _TEMPLATE})],
     )
+    figures = _figure_numbers(notebooks, [page for page, _ in pages])
     for i, (chapter, nb) in enumerate(zip(book.chapters, notebooks, strict=True)):
         page, title = pages[i]
+        _as_quarto_would(nb, page, figures)
         resources = {
             "metadata": {"name": title, "path": str(source_dir / chapter.parent)},
             "cfbook": {
