@@ -191,17 +191,19 @@ def test_the_microscope_slider_moves_every_panel_through_the_iterates():
     assert len(fig.frames) == 5 and len(fig.layout.sliders[0].steps) == 5
     assert fig.layout.sliders[0].active == 4  # the page opens on the finished searches
     first, last = fig.frames[0].data, fig.frames[-1].data
-    # Per row: the iterate, its change, the step's point on both curves (baseline row first).
-    assert first[0].z[0][0] == 0 and first[1].z[5][5] == 0 and first[4].z[0][0] == 0
+    # Each model's iterate and change (baseline first), then both curves' points per model.
+    assert first[0].z[0][0] == 0 and first[1].z[5][5] == 0 and first[2].z[0][0] == 0
     assert last[0].z[27][27] == 200 and last[1].z[27][27] == 200  # frozen after step 1
-    assert last[4].z[0][0] == 100 and last[5].z[0][0] == 100
-    assert fig.frames[2].data[6].x == (2,) and fig.frames[2].data[6].y == (0.5,)
-    assert fig.frames[2].data[7].y == (0.47,)
+    assert last[2].z[0][0] == 100 and last[3].z[0][0] == 100
+    assert fig.frames[2].data[5].x == (2,) and fig.frames[2].data[5].y == (0.5,)  # CT, p
+    assert fig.frames[2].data[7].y == (0.47,)  # CT, L-inf
     # The frames replace exactly the traces they hold, in that order.
     moving = fig.frames[0].traces
-    assert [fig.data[i].type for i in moving] == ["heatmap", "heatmap", "scatter", "scatter"] * 2
+    assert [fig.data[i].type for i in moving] == ["heatmap"] * 4 + ["scatter"] * 4
+    assert [fig.data[i].name for i in moving[4:]] == ["this step"] * 4
+    assert [fig.data[i].xaxis for i in moving[4:]] == ["x5", "x5", "x6", "x6"]
     lines = sorted(shape.y0 for shape in fig.layout.shapes)
-    assert lines == [0.3, 0.3, 0.75, 0.75]  # ε and τ in both rows
+    assert lines == [0.3, 0.75]  # ε and τ
 
 
 def test_the_microscope_text_says_where_each_adversarial_example_was_taken():

@@ -99,6 +99,13 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     assert adult["seeds"] == [0, 1] and adult["rounds"] == 2 * 4  # rounds of both seeds pooled
     assert set(adult["main"]) == {"ip", "ip_star_5", "ip_star_0.5", "cost", "cost_unconstrained"}
     assert len(adult["main"]["ip"]["per_seed"]) == 2
+    # Training time counts the grid's own cells, not the ablation's trained beside them.
+    tested = [
+        json.loads((smoke / "cells" / f"adult-{t}-s{s}.json").read_text())["seconds"]
+        for t in TRAININGS
+        for s in (0, 1)
+    ]
+    assert adult["training_seconds"] == pytest.approx(sum(tested))
     assert set(adult["robustness"]["full"]["pgd"]) == {f"{k / 90:g}" for k in range(10)}
     # The chapter's tables and text build from it.
     scale, counts = choose_length_scale(results)

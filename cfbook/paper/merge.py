@@ -150,8 +150,9 @@ def merge_results(out: Path) -> Path:
             (e for e in loaded if e["config"]["data"] == key), key=lambda e: e["config"]["seed"]
         )
         if evals:
-            mine = [c for c in cells if c["config"]["data"] == key]
-            tables[key] = _data_set(evals, mine)
+            # The cells these evaluations tested (not the ablation's or the knob study's).
+            tested = [cfg for e in evals for cfg in e["config"]["cells"].values()]
+            tables[key] = _data_set(evals, [c for c in cells if c["config"] in tested])
     extras: dict[str, dict[str, Any]] = {"ablation": {}, "ig": {}}
     for name, build in (("ablation", _ablation), ("ig", _ig)):
         files = _load_all(out / name)

@@ -25,86 +25,82 @@ def _levels(search: dict[str, Any], steps: int) -> Tensor:
     return path[[min(t, path.shape[0] - 1) for t in range(steps)]].reshape(steps, 28, 28)
 
 
-def _x_axis(n: int) -> str:
-    """Plotly's name of the n-th x axis: the first has no number."""
-    return "x" if n == 1 else f"x{n}"
+_CURVES = (("target_prob", "tau", "τ"), ("distance", "epsilon", "ε"))
 
 
-def _frame_data(images: Tensor, search: dict[str, Any], t: int) -> list[go.BaseTraceType]:
-    """The traces that move with the slider, at step ``t``: image, change, both curves' point."""
-    return [
-        go.Heatmap(z=images[t].tolist()),
-        go.Heatmap(z=(images[t] - images[0]).tolist()),
-        go.Scatter(x=[t], y=[search["target_prob"][t]]),
-        go.Scatter(x=[t], y=[search["distance"][t]]),
-    ]
+def _frame_data(images: dict[str, Tensor], searches: dict[str, Any], t: int) -> list:
+    """The traces that move with the slider, at step ``t``: each model's iterate and change,
+    then each curve's point of each model (the order in which the figure adds them)."""
+    data: list[go.BaseTraceType] = []
+    for mode in _ROWS:
+        data += [
+            go.Heatmap(z=images[mode][t].tolist()),
+            go.Heatmap(z=(images[mode][t] - images[mode][0]).tolist()),
+        ]
+    for key, _, _ in _CURVES:
+        data += [go.Scatter(x=[t], y=[searches[mode][key][t]]) for mode in _ROWS]
+    return data
 
 
 def microscope_figure(result: dict[str, Any]) -> go.Figure:
-    """Per model (rows): the iterate, its change from the factual (blue: ink added), the target
-    probability with τ and the L-inf distance from the factual with ε, over the steps; a slider
-    moves through the steps. Diamonds mark the adversarial example (the last iterate within ε),
-    stars the counterfactual (where the search stopped)."""
+    """Top: each model's iterate and its change from the factual (blue: ink added). Below: the
+    target probability with τ and the L-inf distance from the factual with ε over the steps, one
+    line per model. A slider moves through the steps; diamonds mark the adversarial example (the
+    last iterate within ε), stars the counterfactual (where the search stopped)."""
     meta, searches = result["meta"], result["searches"]
-    tau, eps = meta["search"]["tau"], meta["search"]["epsilon"]
+    search = meta["search"]
     last = max(1, *(s["counterfactual_at"] for s in searches.values()))
     steps = min(last + 2, len(next(iter(searches.values()))["target_prob"]))
     images = {mode: _levels(searches[mode], steps) for mode in _ROWS}
-    titles = []
-    for mode in _ROWS:
-        s = searches[mode]
-        outcome = "valid" if s["valid"] else "not valid"
-        titles += [
-            f"{NAMES[mode]}: iterate",
-            "change (blue: ink added)",
-            f"p(target) ({outcome} at step {s['counterfactual_at']})",
-            "L-inf distance from the factual",
-        ]
+    titles = [t for mode in _ROWS for t in (NAMES[mode], f"{NAMES[mode]}: change")]
+    titles += ["target probability", "L-inf distance from the factual"]
     fig = make_subplots(
         rows=2,
         cols=4,
+        specs=[[{}] * 4, [{"colspan": 2}, None, {"colspan": 2}, None]],
         subplot_titles=titles,
-        column_widths=[0.2, 0.2, 0.3, 0.3],
-        horizontal_spacing=0.06,
-        vertical_spacing=0.16,
+        row_heights=[0.4, 0.6],
+        horizontal_spacing=0.09,
+        vertical_spacing=0.12,
     )
+    start = _frame_data(images, searches, steps - 1)
+    for i in range(len(_ROWS)):
+        image, change = start[2 * i : 2 * i + 2]
+        image.update(coloraxis="coloraxis", hovertemplate="ink %{z} of 255<extra></extra>")
+        change.update(coloraxis="coloraxis2", hovertemplate="change %{z} of 255<extra></extra>")
+        fig.add_trace(image, row=1, col=2 * i + 1)
+        fig.add_trace(change, row=1, col=2 * i + 2)
     x = list(range(steps))
-    moving = []  # the traces each frame replaces, in _frame_data's order per row
-    for row, mode in enumerate(_ROWS, start=1):
-        s, colour = searches[mode], COLOURS[mode]
-        start = _frame_data(images[mode], s, steps - 1)
-        start[0].update(coloraxis="coloraxis", hovertemplate="ink %{z} of 255<extra></extra>")
-        start[1].update(coloraxis="coloraxis2", hovertemplate="change %{z} of 255<extra></extra>")
-        for col, trace in enumerate(start[:2], start=1):
-            moving.append(len(fig.data))
-            fig.add_trace(trace, row=row, col=col)
-        for col, key, line, line_name in (
-            (3, "target_prob", tau, "τ"),
-            (4, "distance", eps, "ε"),
-        ):
-            moving.append(len(fig.data))
+    for c, (key, setting, symbol) in enumerate(_CURVES):
+        col = 2 * c + 1
+        for i, mode in enumerate(_ROWS):
+            s, colour = searches[mode], COLOURS[mode]
             fig.add_trace(
-                start[col - 1].update(
+                start[4 + 2 * c + i].update(
                     mode="markers",
                     marker={"size": 11, "color": "black"},
                     name="this step",
-                    showlegend=row == 1 and col == 3,
+                    legendgroup="this step",
+                    showlegend=c == i == 0,
                     hoverinfo="skip",
                 ),
-                row=row,
+                row=2,
                 col=col,
             )
+            outcome = "valid" if s["valid"] else "not valid"
             fig.add_scatter(
                 x=x,
                 y=s[key][:steps],
                 mode="lines",
                 line={"color": colour},
-                showlegend=False,
+                name=f"{NAMES[mode]} ({outcome} at step {s['counterfactual_at']})",
+                legendgroup=mode,
+                showlegend=c == 0,
                 hovertemplate=f"step %{{x}}: %{{y:.3f}}<extra>{NAMES[mode]}</extra>",
-                row=row,
+                row=2,
                 col=col,
             )
-            for at, symbol, name in (
+            for at, marker, name in (
                 ("adversarial_at", "diamond", "adversarial example"),
                 ("counterfactual_at", "star", "counterfactual"),
             ):
@@ -112,56 +108,55 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
                     x=[s[at]],
                     y=[s[key][s[at]]],
                     mode="markers",
-                    marker={"symbol": symbol, "size": 14, "color": colour, "line": {"width": 1}},
+                    marker={"symbol": marker, "size": 14, "color": colour, "line": {"width": 1}},
                     name=name,
                     legendgroup=name,
-                    showlegend=row == 1 and col == 3,
+                    showlegend=c == i == 0,
                     hovertemplate=f"{name}: step %{{x}}<extra>{NAMES[mode]}</extra>",
-                    row=row,
+                    row=2,
                     col=col,
                 )
-            fig.add_hline(
-                y=line,
-                line_dash="dash",
-                annotation_text=f"{line_name} = {line:g}",
-                annotation_position="top right",
-                row=row,
-                col=col,
-            )
-            fig.update_xaxes(title_text="search step", range=[-0.5, steps - 0.5], row=row, col=col)
-        fig.update_yaxes(title_text="p(target)", range=[0, 1.05], row=row, col=3)
-        fig.update_yaxes(title_text="max pixel change ([-1, 1] units)", row=row, col=4)
-        for col in (1, 2):
-            fig.update_xaxes(visible=False, constrain="domain", row=row, col=col)
-            fig.update_yaxes(
-                visible=False,
-                autorange="reversed",
-                constrain="domain",
-                scaleanchor=_x_axis((row - 1) * 4 + col),
-                row=row,
-                col=col,
-            )
-    fig.frames = [
-        go.Frame(
-            name=str(t),
-            data=[d for mode in _ROWS for d in _frame_data(images[mode], searches[mode], t)],
-            traces=moving,
+        fig.add_hline(
+            y=search[setting],
+            line_dash="dash",
+            annotation_text=f"{symbol} = {search[setting]:g}",
+            annotation_position="bottom right",
+            row=2,
+            col=col,
         )
+        fig.update_xaxes(title_text="search step", range=[-0.5, steps - 0.5], row=2, col=col)
+    fig.update_yaxes(title_text="p(target)", range=[0, 1.05], row=2, col=1)
+    fig.update_yaxes(title_text="L-inf ([-1, 1] pixel units)", row=2, col=3)
+    for col in range(1, 5):
+        fig.update_xaxes(visible=False, constrain="domain", row=1, col=col)
+        fig.update_yaxes(
+            visible=False,
+            autorange="reversed",
+            constrain="domain",
+            scaleanchor=_x_axis(col),
+            row=1,
+            col=col,
+        )
+    moving = [i for i, trace in enumerate(fig.data) if trace.type == "heatmap"]
+    moving += [i for i, trace in enumerate(fig.data) if trace.name == "this step"]
+    fig.frames = [
+        go.Frame(name=str(t), data=_frame_data(images, searches, t), traces=moving)
         for t in range(steps)
     ]
     fig.update_layout(
         template=TEMPLATE,
-        height=640,
-        margin={"l": 10, "r": 10, "t": 70, "b": 10},
+        height=680,
+        margin={"l": 10, "r": 10, "t": 60, "b": 10},
         coloraxis={"colorscale": _IMAGE_SCALE, "cmin": 0, "cmax": 255, "showscale": False},
         coloraxis2={"colorscale": _CHANGE_SCALE, "cmin": -255, "cmax": 255, "showscale": False},
-        legend={"orientation": "h", "y": 1.1, "x": 0.45},
+        legend={"orientation": "h", "y": -0.42},
         title=f"Digit {meta['factual']} → {meta['target']}, searched step by step in both models",
         sliders=[
             {
                 "active": steps - 1,
                 "currentvalue": {"prefix": "search step "},
-                "pad": {"t": 40},
+                "pad": {"t": 10},
+                "y": -0.12,
                 "steps": [
                     {
                         "label": str(t),
@@ -177,6 +172,11 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
         ],
     )
     return fig
+
+
+def _x_axis(n: int) -> str:
+    """Plotly's name of the n-th x axis: the first has no number."""
+    return "x" if n == 1 else f"x{n}"
 
 
 def microscope_text(result: dict[str, Any]) -> str:
