@@ -63,7 +63,7 @@ def gallery_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
             change = j >= 3
             fig.add_trace(
                 go.Heatmap(
-                    z=image.reshape(28, 28).tolist(),
+                    z=image.reshape(28, 28).numpy(),  # int16: base64 in the JSON, not a list
                     coloraxis="coloraxis2" if change else "coloraxis",
                     hovertemplate=("change %{z} of 255" if change else "ink %{z} of 255")
                     + "<extra></extra>",

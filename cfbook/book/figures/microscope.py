@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
@@ -34,8 +35,8 @@ def _frame_data(images: dict[str, Tensor], searches: dict[str, Any], t: int) -> 
     data: list[go.BaseTraceType] = []
     for mode in _ROWS:
         data += [
-            go.Heatmap(z=images[mode][t].tolist()),
-            go.Heatmap(z=(images[mode][t] - images[mode][0]).tolist()),
+            go.Heatmap(z=images[mode][t].to(torch.uint8).numpy()),
+            go.Heatmap(z=(images[mode][t] - images[mode][0]).numpy()),
         ]
     for key, _, _ in _CURVES:
         data += [go.Scatter(x=[t], y=[searches[mode][key][t]]) for mode in _ROWS]

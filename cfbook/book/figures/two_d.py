@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -26,7 +27,8 @@ def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
                 go.Contour(
                     x=ax,
                     y=ay,
-                    z=panel["prob"],
+                    # float32 numpy: stored base64 in the notebook instead of a long list
+                    z=np.asarray(panel["prob"], dtype=np.float32),
                     colorscale="RdBu_r",
                     zmin=0,
                     zmax=1,
