@@ -18,7 +18,7 @@ from functools import partial
 
 import torch
 
-from benchmarks.common import Case, Context, Table, check, fmt_ratio, side_by_side
+from benchmarks.common import Case, Context, Table, Timing, check, fmt_ratio, side_by_side
 from cfbook.data import DeviceLoader, find_data_dir
 from cfbook.evaluation.metrics import predict
 from cfbook.models import mlp
@@ -29,6 +29,13 @@ from cfbook.training import counterfactual_training
 
 TITLE = "10. Paper grid: batched evaluation, compiled tabular search, the grid's time"
 TARGET_MINUTES = 60.0
+
+
+def _add_timings(table: Table, timings: dict[str, Timing], reference: str) -> None:
+    """One row per case: its median time, its ratio to ``reference``'s and its repeats."""
+    for name, timing in timings.items():
+        ratio = fmt_ratio(timing.median / timings[reference].median)
+        table.add(name, f"{timing.median:.3f} s", ratio, timing.repeats)
 
 
 def _adult_model(ctx: Context):
@@ -81,13 +88,7 @@ def run(ctx: Context) -> list[Table]:
         f"Adult, one test-time energy weight: {rounds} rounds x {per_round} factuals, 50 steps",
         ["search", "time", "vs one batch", "repeats"],
     )
-    for k, timing in t.items():
-        table.add(
-            k,
-            f"{timing.median:.3f} s",
-            fmt_ratio(timing.median / t["one batch"].median),
-            timing.repeats,
-        )
+    _add_timings(table, t, "one batch")
 
     nce = 1000 if ctx.quick else EXPERIMENTS["adult"].nce
     train_search = NativeGenerator(**SEARCH, tau=EXPERIMENTS["adult"].tau)
@@ -107,13 +108,7 @@ def run(ctx: Context) -> list[Table]:
         f"Adult training-time search: {nce} counterfactuals x 30 steps (one epoch's search)",
         ["step", "time", "vs eager", "repeats"],
     )
-    for k, timing in s.items():
-        compiled.add(
-            k,
-            f"{timing.median:.3f} s",
-            fmt_ratio(timing.median / s["eager"].median),
-            timing.repeats,
-        )
+    _add_timings(compiled, s, "eager")
 
     grid = Table(
         "The whole grid (from data/reproduction/results.json)", ["data", "training", "evaluation"]

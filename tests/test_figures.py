@@ -235,3 +235,25 @@ def test_the_benchmark_pictures_draw_the_recorded_tables():
     chunk = memory.data[0]  # peak against cf_batchsize
     assert list(chunk.x) == sorted(chunk.x) and chunk.y[-1] > 4 * chunk.y[0]
     assert throughput_figure("no-such-kind") is None and search_memory_figure("none") is None
+
+
+def test_a_search_that_never_moved_is_described_as_such():
+    from cfbook.book.figures.microscope import microscope_text
+
+    result = _microscope()
+    result["searches"]["full"] |= {"counterfactual_at": 0, "adversarial_at": 0}
+    text = microscope_text(result)
+    assert "CT search reached τ = 0.75 after 0 steps" in text
+    assert "it never moved, so its adversarial example is the factual itself" in text
+
+
+def test_a_figure_with_frames_waits_for_its_slider(monkeypatch):
+    """plotly's HTML plays a figure's frames on load unless told not to: the microscope would run
+    through its steps by itself."""
+    from cfbook.book.figures.microscope import microscope_figure
+
+    outputs = []
+    monkeypatch.setattr("IPython.display.display", lambda bundle, raw: outputs.append(bundle))
+    show(microscope_figure(_microscope()))
+    assert "frames" in outputs[0]["application/vnd.plotly.v1+json"]
+    assert "Plotly.animate" not in outputs[0]["text/html"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from cfbook.book.site.nbconvert import cell_options
 from cfbook.book.toc import read_book
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,14 +41,6 @@ EXPECTED_CHECKS = {
 
 # The chapters that explain the parameters and set-up cells show them; the others hide them.
 SHOWS_MACHINERY = {"setup", "training"}
-
-
-def _options(source: str) -> tuple[set[str], str]:
-    """A cell's Quarto options (its leading ``#| key: value`` lines) and the rest of its code."""
-    lines = source.splitlines()
-    options = {line[3:].strip() for line in lines if line.startswith("#| ")}
-    rest = [line for line in lines if not line.startswith("#| ")]
-    return options, "\n".join(rest)
 
 
 def read(chapter: str) -> nbformat.NotebookNode:
@@ -93,14 +86,16 @@ def test_chapter_starts_with_a_title_one_parameters_cell_and_setup(chapter):
     call = ", ".join(
         ["CT_MODE", "profile"] + (["data_dir=data_dir"] if "data_dir" in params else [])
     )
-    options, source = _options(cells[1].source)
+    options, source = cell_options(cells[1].source)
     assert source == f"from cfbook.book.chapter import setup\n\nchapter = setup({call})"
     # The machinery is hidden on the rendered page, except where the chapter explains it.
     if chapter in SHOWS_MACHINERY:
-        assert not options and not _options(cells[0].source)[0]
+        assert not options and not cell_options(cells[0].source)[0]
     else:
-        assert "include: false" in _options(cells[0].source)[0], f"{chapter}: parameters shown"
-        assert options & {"include: false", "echo: false"}, f"{chapter}: set-up code shown"
+        assert cell_options(cells[0].source)[0].get("include") == "false", (
+            f"{chapter}: parameters shown"
+        )
+        assert "false" in (options.get("include"), options.get("echo")), f"{chapter}: set-up shown"
     later = "\n".join(cell.source for cell in cells[2:])
     for machinery in ("resolve_parameters(", "= detect_device()"):
         assert machinery not in later, f"{chapter}: repeats the setup machinery ({machinery})"
@@ -166,12 +161,12 @@ def test_figures_are_labelled_captioned_and_referred_to_by_number(chapter):
     nb = read(chapter)
     prose = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
     for cell in code_cells(nb):
-        options, _ = _options(cell.source)
+        options, _ = cell_options(cell.source)
         figures = [o for o in cell.outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
-        labels = [o[len("label: ") :] for o in options if o.startswith("label: fig-")]
+        labels = [options["label"]] if options.get("label", "").startswith("fig-") else []
         if figures:
             assert labels, f"{chapter}: a figure without '#| label: fig-...'"
-            assert any(o.startswith("fig-cap: ") for o in options), f"{chapter}: {labels} no cap"
+            assert options.get("fig-cap"), f"{chapter}: {labels} no cap"
             # One display per labelled cell: a second output would make Quarto split the
             # figure into uncaptioned subfigures.
             assert all(o in figures for o in cell.outputs), f"{chapter}: {labels} shows text too"

@@ -114,6 +114,7 @@ def test_the_paired_claim_follows_the_interval_over_all_seeds():
     assert c["seeds"] == 3 and c["rounds"] == 9 and c["ip"]["significant"]
     assert paired_text(c).startswith("**The claim held here:**")
     assert "| IP (L1 to target-class digits) | 1 | 2 | +50.1 ±" in paired_table(c)
+    assert "length scale 0.5" not in paired_table(c)  # MNIST's MMD² vanishes there
     noisy = {"runs": [{"per_round": _rounds([1.0, 3.0, 0.5], [2.0, 1.0, 1.5])}]}
     assert paired_text(paired_comparison(noisy)).startswith("**The claim is not settled here:**")
     worse = {"runs": [{"per_round": _rounds([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])}]}

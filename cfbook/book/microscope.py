@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
+from cfbook.evaluation.metrics import predict
 from cfbook.evaluation.protocol import encode_images
 from cfbook.search.generators import SearchParameters
 from cfbook.search.path import record_search
@@ -37,10 +37,9 @@ def look_closely(
     labelled = y == factual
     if not labelled.any():
         raise ValueError(f"the digits hold no {factual}; pass another factual class")
-    with torch.no_grad():
-        agree = labelled.clone()
-        for model in models.values():
-            agree &= model(x).argmax(1) == factual
+    agree = labelled.clone()
+    for model in models.values():
+        agree &= predict(model, x) == factual
     if not agree.any():  # a barely trained model (the smoke profile): take the first one anyway
         print(
             f"No {factual} is classified as {factual} by every model; taking the first {factual}."

@@ -317,6 +317,37 @@ def _robustness(
     }
 
 
+Evaluate = Callable[[dict[str, nn.Module], ExperimentData], dict[str, Any]]
+
+
+def _evaluated(
+    out: Path,
+    kind: str,
+    config: dict[str, Any],
+    trainings: Sequence[str],
+    evaluate: Evaluate,
+    *,
+    device: torch.device,
+    data: ExperimentData | None,
+    force: bool,
+) -> dict[str, Any]:
+    """What every evaluation of the grid does around its own measures: reuse the saved
+    ``out/<kind>/<data>-s<seed>.json`` of the same ``config``, else load the data and the trained
+    models, time ``evaluate`` and save its result with the config and the seconds."""
+    key, seed = config["data"], config["seed"]
+    path = out / kind / f"{key}-s{seed}.json"
+    saved = _reusable(path, config, force)
+    if saved is not None:
+        return saved
+    data = data if data is not None else load_experiment_data(key, device)
+    models = _trained(key, seed, trainings, out, data, device)
+    start = time.perf_counter()
+    measured = evaluate(models, data)
+    result = {"config": config, "seconds": time.perf_counter() - start, **measured}
+    atomic_write_text(path, json.dumps(result, indent=1))
+    return result
+
+
 def run_evaluation(
     key: str,
     seed: int,
@@ -330,39 +361,33 @@ def run_evaluation(
     """Evaluate the three trainings of (``key``, ``seed``): CT against the baseline without and
     with the protected features, and every model's accuracy under attack."""
     config = evaluation_config(key, seed, scale)
-    path = out / "evaluations" / f"{key}-s{seed}.json"
-    saved = _reusable(path, config, force)
-    if saved is not None:
-        return saved
-    data = data if data is not None else load_experiment_data(key, device)
-    models = _trained(key, seed, TRAININGS, out, data, device)
-    start = time.perf_counter()
     base = PaperProtocol(rounds=scale.rounds, individuals=config["individuals"], seed=seed)
-    unconstrained = paper_evaluate(
-        {"full": models["full"], "vanilla": models["vanilla"]},
-        data.x_test,
-        data.y_test,
-        replace(base, tau=TEST_TAU["none"]),
-        domain=data.domain,
+
+    def evaluate(models: dict[str, nn.Module], data: ExperimentData) -> dict[str, Any]:
+        unconstrained = paper_evaluate(
+            {"full": models["full"], "vanilla": models["vanilla"]},
+            data.x_test,
+            data.y_test,
+            replace(base, tau=TEST_TAU["none"]),
+            domain=data.domain,
+        )
+        protected = paper_evaluate(
+            {"full": models["full_protected"], "vanilla": models["vanilla"]},
+            data.x_test,
+            data.y_test,
+            replace(base, tau=TEST_TAU["protected"]),
+            domain=data.domain,
+            mutability=data.protected_mutability,
+        )
+        return {
+            "unconstrained": unconstrained,
+            "protected": protected,
+            "robustness": _robustness(models, data, scale, seed),
+        }
+
+    return _evaluated(
+        out, "evaluations", config, TRAININGS, evaluate, device=device, data=data, force=force
     )
-    protected = paper_evaluate(
-        {"full": models["full_protected"], "vanilla": models["vanilla"]},
-        data.x_test,
-        data.y_test,
-        replace(base, tau=TEST_TAU["protected"]),
-        domain=data.domain,
-        mutability=data.protected_mutability,
-    )
-    robustness = _robustness(models, data, scale, seed)
-    result = {
-        "config": config,
-        "seconds": time.perf_counter() - start,
-        "unconstrained": unconstrained,
-        "protected": protected,
-        "robustness": robustness,
-    }
-    atomic_write_text(path, json.dumps(result, indent=1))
-    return result
 
 
 def run_ablation(
@@ -384,26 +409,19 @@ def run_ablation(
             t: cell_config(Cell(0, key, t, seed), scale) for t in ("vanilla", "full", *ABLATION)
         },
     }
-    path = out / "ablation" / f"{key}-s{seed}.json"
-    saved = _reusable(path, config, force)
-    if saved is not None:
-        return saved
-    data = data if data is not None else load_experiment_data(key, device)
-    models = _trained(key, seed, ("full", *ABLATION, "vanilla"), out, data, device)
-    start = time.perf_counter()
     protocol = PaperProtocol(
         rounds=scale.rounds, individuals=config["individuals"], seed=seed, tau=TEST_TAU["none"]
     )
-    result = paper_evaluate(models, data.x_test, data.y_test, protocol, domain=data.domain)
-    robustness = _robustness({t: models[t] for t in ABLATION}, data, scale, seed)
-    saved = {
-        "config": config,
-        "seconds": time.perf_counter() - start,
-        "unconstrained": result,
-        "robustness": robustness,
-    }
-    atomic_write_text(path, json.dumps(saved, indent=1))
-    return saved
+
+    def evaluate(models: dict[str, nn.Module], data: ExperimentData) -> dict[str, Any]:
+        result = paper_evaluate(models, data.x_test, data.y_test, protocol, domain=data.domain)
+        robustness = _robustness({t: models[t] for t in ABLATION}, data, scale, seed)
+        return {"unconstrained": result, "robustness": robustness}
+
+    trainings = ("full", *ABLATION, "vanilla")
+    return _evaluated(
+        out, "ablation", config, trainings, evaluate, device=device, data=data, force=force
+    )
 
 
 def run_ig(
@@ -429,32 +447,29 @@ def run_ig(
         "rounds": scale.rounds,
         "samples": samples,
     }
-    path = out / "ig" / f"{key}-s{seed}.json"
-    saved = _reusable(path, config, force)
-    if saved is not None:
-        return saved
-    data = data if data is not None else load_experiment_data(key, device)
-    models = _trained(key, seed, ("vanilla", "full_protected"), out, data, device)
-    protected = [i for i, m in enumerate(data.protected_mutability) if m == "none"]
-    start = time.perf_counter()
-    per_round = {
-        t: protected_sensitivity(
-            m,
-            data.x_test,
-            data.y_test,
-            protected,
-            two_dimensional=e.kind == "synthetic",
-            rounds=scale.rounds,
-            samples=samples,
-            seed=seed,
-        )
-        for t, m in models.items()
-    }
-    saved = {"config": config, "seconds": time.perf_counter() - start, "per_round": per_round}
-    if e.kind == "image" and seed == 0:
-        saved["maps"] = {t: _class_maps(m, data, samples) for t, m in models.items()}
-    atomic_write_text(path, json.dumps(saved, indent=1))
-    return saved
+
+    def evaluate(models: dict[str, nn.Module], data: ExperimentData) -> dict[str, Any]:
+        protected = [i for i, m in enumerate(data.protected_mutability) if m == "none"]
+        per_round = {
+            t: protected_sensitivity(
+                m,
+                data.x_test,
+                data.y_test,
+                protected,
+                two_dimensional=e.kind == "synthetic",
+                rounds=scale.rounds,
+                samples=samples,
+                seed=seed,
+            )
+            for t, m in models.items()
+        }
+        result: dict[str, Any] = {"per_round": per_round}
+        if e.kind == "image" and seed == 0:
+            result["maps"] = {t: _class_maps(m, data, samples) for t, m in models.items()}
+        return result
+
+    trainings = ("vanilla", "full_protected")
+    return _evaluated(out, "ig", config, trainings, evaluate, device=device, data=data, force=force)
 
 
 def _class_maps(model: nn.Module, data: ExperimentData, samples: int) -> list[list[float]]:

@@ -143,29 +143,22 @@ def load_experiment_data(key: str, device: torch.device | str = "cpu") -> Experi
             )
         width = IMAGE_SHAPE[2]
         protected = {r * width + c for r in MNIST_PROTECTED_ROWS for c in range(width)}
-        n_features = data.x.shape[1]
-        return ExperimentData(
-            x=data.x[: e.n_train],
-            y=data.y[: e.n_train],
-            x_val=data.x[e.n_train :],
-            y_val=data.y[e.n_train :],
-            x_test=data.x_val,
-            y_test=data.y_val,
-            domain=(-1.0, 1.0),
-            columns=[f"pixel{i}" for i in range(n_features)],
-            protected_mutability=["none" if i in protected else "both" for i in range(n_features)],
-            source=data.source,
-        )
-    data = _LOADERS[key](device=device)
+        x_test, y_test, domain = data.x_val, data.y_val, (-1.0, 1.0)
+        columns = [f"pixel{i}" for i in range(data.x.shape[1])]
+        mutability = ["none" if i in protected else "both" for i in range(len(columns))]
+    else:
+        data = _LOADERS[key](device=device)
+        x_test, y_test, domain = data.x_test, data.y_test, data.domain
+        columns, mutability = data.columns, data.mutability(e.protected)
     return ExperimentData(
         x=data.x[: e.n_train],
         y=data.y[: e.n_train],
         x_val=data.x[e.n_train :],
         y_val=data.y[e.n_train :],
-        x_test=data.x_test,
-        y_test=data.y_test,
-        domain=data.domain,
-        columns=data.columns,
-        protected_mutability=data.mutability(e.protected),
+        x_test=x_test,
+        y_test=y_test,
+        domain=domain,
+        columns=columns,
+        protected_mutability=mutability,
         source=data.source,
     )

@@ -197,12 +197,15 @@ def microscope_text(result: dict[str, Any]) -> str:
             if s["valid"]
             else f"did not reach τ = {tau:g} in {stop} steps (p = {s['target_prob'][stop]:.2f})"
         )
-        nascent = (
-            "its adversarial example is the unchanged factual: the first step already left the "
-            f"ε = {eps:g} box"
-            if adv == 0
-            else f"its adversarial example is step {adv}, the last within ε = {eps:g}"
-        )
+        if adv > 0:
+            nascent = f"its adversarial example is step {adv}, the last within ε = {eps:g}"
+        elif stop > 0:
+            nascent = (
+                "its adversarial example is the unchanged factual: the first step already left "
+                f"the ε = {eps:g} box"
+            )
+        else:
+            nascent = "it never moved, so its adversarial example is the factual itself"
         parts.append(
             f"the {NAMES[mode]} search {reached}; {nascent}; its counterfactual lies at L-inf "
             f"{s['distance'][stop]:.2f} and L1 {l1:.1f} from the factual"

@@ -25,7 +25,7 @@ from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
 from cfbook.book.toc import Book
 
-__all__ = ["PLOTLY_JS", "chapter_title", "copy_plotly_js", "render_with_nbconvert"]
+__all__ = ["PLOTLY_JS", "cell_options", "chapter_title", "copy_plotly_js", "render_with_nbconvert"]
 
 PLOTLY_JS = "plotly.min.js"
 
@@ -192,7 +192,7 @@ _OPTION = re.compile(r"^#\| ([\w-]+): ?(.*)$")
 _FIG_REF = re.compile(r"@(fig-[\w-]+)")
 
 
-def _options(source: str) -> tuple[dict[str, str], str]:
+def cell_options(source: str) -> tuple[dict[str, str], str]:
     """A code cell's leading Quarto options (``#| key: value``) and the code after them."""
     lines = source.splitlines()
     options = {}
@@ -209,7 +209,9 @@ def _figure_numbers(notebooks: list[nbformat.NotebookNode], pages: list[str]) ->
     for c, (nb, page) in enumerate(zip(notebooks, pages, strict=True), start=1):
         k = 0
         for cell in nb.cells:
-            label = _options(cell.source)[0].get("label", "") if cell.cell_type == "code" else ""
+            label = (
+                cell_options(cell.source)[0].get("label", "") if cell.cell_type == "code" else ""
+            )
             if label.startswith("fig-"):
                 k += 1
                 numbers[label] = (page, f"Figure {c}.{k}")
@@ -224,7 +226,7 @@ def _as_quarto_would(nb: nbformat.NotebookNode, page: str, figures: dict[str, tu
         if cell.cell_type == "markdown":
             cell.source = _FIG_REF.sub(lambda m: _figure_link(m[1], page, figures), cell.source)
         elif cell.cell_type == "code":
-            options, cell.source = _options(cell.source)
+            options, cell.source = cell_options(cell.source)
             if options.get("include") == "false":
                 continue
             if options.get("echo") == "false":
