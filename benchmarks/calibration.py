@@ -18,10 +18,10 @@ import torch
 from benchmarks.common import Context, Table, check
 from benchmarks.fixtures import DOMAIN, fresh_model, mnist
 from cfbook.data import DeviceLoader
-from cfbook.log import EpochRecord
 from cfbook.objectives import FullObjective
 from cfbook.search.generators import NativeGenerator
 from cfbook.training import LowValidityWarning, counterfactual_training
+from cfbook.training.log import EpochRecord
 
 TITLE = "11. Calibration: training-time validity against step, energy weight, tau, semantics"
 VALID_TARGET = 0.5  # mean validity after burn-in under "neighbour"

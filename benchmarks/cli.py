@@ -25,10 +25,11 @@ from benchmarks import (
 )
 from benchmarks.common import Context, Skipped, Table
 from benchmarks.config import FULL, QUICK
-from benchmarks.results import machine, render_block, write_block
+from benchmarks.results import machine, record_block, write_block
+from cfbook.book.benchmarks import RESULTS_JSON, block_markdown
 from cfbook.device import detect_device
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = RESULTS_JSON
 BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "throughput": (throughput.TITLE, throughput.run),
     "efficiency": (efficiency.TITLE, efficiency.run),
@@ -49,7 +50,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
         description="Run cfbook's benchmarks, print their tables and record them in "
-        "benchmarks/RESULTS.md. Progress goes to stderr, tables to stdout.",
+        "benchmarks/results.json (and RESULTS.md, rendered from it). Progress goes to stderr, "
+        "tables to stdout.",
     )
     parser.add_argument(
         "--quick",
@@ -76,7 +78,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="remark added to each block's provenance line, e.g. 'shared machine'",
     )
     parser.add_argument(
-        "--output", type=Path, default=RESULTS, help=f"results file to update (default: {RESULTS})"
+        "--output",
+        type=Path,
+        default=RESULTS,
+        help=f"results file to update, RESULTS.md beside it (default: {RESULTS})",
     )
     return parser.parse_args(argv)
 
@@ -98,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the selected benchmarks; each block is written as soon as it is measured."""
     args = _parse_args(argv)
     names = _selected(args.only)
+    if args.output.suffix != ".json":
+        raise SystemExit(
+            f"--output: a .json file (RESULTS.md is rendered beside it), got {args.output}"
+        )
     if args.threads is not None:
         if args.threads < 1:
             raise SystemExit(f"--threads must be a positive integer, got {args.threads}")
@@ -116,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             ctx.log(f"{name}: skipped ({why})")
             continue
         seconds = time.perf_counter() - t0
-        body = render_block(ctx, title, tables, seconds)
-        print(body, flush=True)
-        write_block(args.output, ctx, name, body, order)
+        record = record_block(ctx, title, tables, seconds)
+        print(block_markdown(record), flush=True)
+        write_block(args.output, ctx.device.type, name, record, order)
         ctx.log(f"{name}: done in {seconds:.0f} s, written to {args.output}")
     ctx.log(f"all done in {time.perf_counter() - ctx.started:.0f} s")
     return 0

@@ -15,7 +15,6 @@ compacting only every few iterations.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 
 import torch
@@ -150,8 +149,7 @@ def run(ctx: Context) -> list[Table]:
         # never compiles ResNet-18).
         planned = AUTO_COMPILE_STEPS[ctx.device.type]
         searches = {
-            s: replace(gen, compile=gen.settle_compile(model, x, planned))
-            for s, gen in searches.items()
+            s: gen.plan(model, x, -(-planned // gen.maxiter))[0] for s, gen in searches.items()
         }
         results = _first_searches(searches, model, x, target)
         schedules = {
@@ -239,7 +237,7 @@ def run(ctx: Context) -> list[Table]:
         "compact_every rows: the same converging search with earlier compaction (more host "
         "reads of the active set, fewer rows carried after they converged). Every row but "
         "compile=False runs compile='auto' as a training run long enough to repay the compile "
-        "settles it (NativeGenerator.settle_compile): the compiled step for the MLP at this "
+        "settles it (NativeGenerator.plan): the compiled step for the MLP at this "
         "batch size and the eager one for ResNet-18 (the first call, which compiles, is the "
         "warm-up); compile=False: the eager step. Benchmark 9 compares the two at more sizes "
         "and thread counts.",

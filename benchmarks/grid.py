@@ -14,11 +14,21 @@ that cannot run side by side with anything.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import partial
 
 import torch
 
-from benchmarks.common import Case, Context, Table, Timing, check, fmt_ratio, side_by_side
+from benchmarks.common import (
+    Case,
+    Context,
+    Table,
+    Timing,
+    Value,
+    check,
+    fmt_ratio,
+    side_by_side,
+)
 from cfbook.data import DeviceLoader, find_data_dir
 from cfbook.evaluation.metrics import predict
 from cfbook.models import mlp
@@ -35,7 +45,7 @@ def _add_timings(table: Table, timings: dict[str, Timing], reference: str) -> No
     """One row per case: its median time, its ratio to ``reference``'s and its repeats."""
     for name, timing in timings.items():
         ratio = fmt_ratio(timing.median / timings[reference].median)
-        table.add(name, f"{timing.median:.3f} s", ratio, timing.repeats)
+        table.add(name, Value(f"{timing.median:.3f} s", timing.median, "s"), ratio, timing.repeats)
 
 
 def _adult_model(ctx: Context):
@@ -97,7 +107,11 @@ def run(ctx: Context) -> list[Table]:
     cases = {
         mode: Case(
             partial(
-                train_search.generate, model, xs, ys, domain=data.domain, compile=mode == "compiled"
+                replace(train_search, compile=mode == "compiled").generate,
+                model,
+                xs,
+                ys,
+                domain=data.domain,
             )
         )
         for mode in ("compiled", "eager")

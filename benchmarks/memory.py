@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from benchmarks.common import Context, Table, check
+from benchmarks.common import Context, Table, check, fmt_bytes
 from benchmarks.fixtures import DOMAIN, fresh_model
 from cfbook.device import format_bytes, free_cached_memory, reset_peak_memory, synchronize
 from cfbook.models import N_FEATURES
@@ -150,7 +150,7 @@ def run(ctx: Context) -> list[Table]:
         peak = measured[(nce, chunk)]
         (by_nce if sweep == "nce" else by_chunk).append((nce if sweep == "nce" else chunk, peak))
         table.add(
-            f"{sweep} grows", nce, chunk, format_bytes(peak), format_bytes(2 * nce * N_FEATURES * 4)
+            f"{sweep} grows", nce, chunk, fmt_bytes(peak), fmt_bytes(2 * nce * N_FEATURES * 4)
         )
     per_nce, per_chunk = _slope(by_nce), _slope(by_chunk)
     table.notes.append(

@@ -23,11 +23,11 @@ from benchmarks.config import MODEL_NAMES, TrainSetup
 from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, mnist, trained_model
 from cfbook.data import DeviceLoader
-from cfbook.log import EpochRecord
 from cfbook.objectives import FullObjective, Objective, VanillaObjective
 from cfbook.search.compiled import Compile
 from cfbook.search.generators import NativeGenerator
 from cfbook.training import counterfactual_training
+from cfbook.training.log import EpochRecord
 
 TITLE = "3. Training overhead: Full vs Vanilla objective per epoch"
 TARGET = 1.2  # measured Full/Vanilla ratio within 1.2x of the cost model

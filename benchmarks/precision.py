@@ -16,9 +16,9 @@ from benchmarks.common import Case, Context, Table, fmt_ratio, fmt_seconds, side
 from benchmarks.config import CONVERGING_SEARCH, MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
 from benchmarks.overhead import Trainer
-from cfbook.log import EpochRecord
 from cfbook.objectives import FullObjective
 from cfbook.search.generators import CounterfactualResult, NativeGenerator
+from cfbook.training.log import EpochRecord
 
 TITLE = "6. Mixed precision: bf16 / fp16 vs fp32"
 

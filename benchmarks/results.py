@@ -1,19 +1,22 @@
-"""RESULTS.md: one section per device kind, one marked block per benchmark.
+"""results.json: every recorded block, by ``<device kind>/<name>``; RESULTS.md is rendered from it.
 
 A run rewrites only the blocks it measured, so a GPU run adds or replaces the GPU section and
-leaves the CPU section (and benchmarks skipped with ``--only``) as they were.
+leaves the CPU section (and benchmarks skipped with ``--only``) as they were. The file's format
+and the rendering of a block are ``cfbook.book.benchmarks``'s, which the book reads.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
+import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from benchmarks.common import Context, Table
 from cfbook.atomic import atomic_write_text
+from cfbook.book.benchmarks import FORMAT, block_markdown, load_results
 from cfbook.device import describe_device
 
 SECTIONS = {"cpu": "CPU", "cuda": "GPU (CUDA / ROCm)", "mps": "Apple MPS"}
@@ -23,14 +26,14 @@ PLACEHOLDERS = {
     "cuda": "No GPU run yet: run `python -m benchmarks.run` on a machine with a CUDA GPU to add "
     "this section (CPU vs GPU speed-ups included).",
 }
-BLOCK = re.compile(r"<!-- begin (\S+) -->\n(.*?)<!-- end \1 -->\n", re.DOTALL)
 HEADER = """# cfbook benchmarks
 
-Written by `python -m benchmarks.run` (see `benchmarks/README.md`); do not edit by hand. Each run
-replaces the blocks it measured and keeps the others, so a GPU run adds its section beside the CPU
-one. Times are medians of interleaved repeats after a warm-up; ratios compare cases measured side
-by side in the same run.
+Rendered from `results.json`, which `python -m benchmarks.run` writes (see `benchmarks/README.md`);
+do not edit either by hand. Each run replaces the blocks it measured and keeps the others, so a GPU
+run adds its section beside the CPU one. Times are medians of interleaved repeats after a warm-up;
+ratios compare cases measured side by side in the same run.
 """
+MARKDOWN = "RESULTS.md"
 
 
 def machine(ctx: Context) -> str:
@@ -42,37 +45,81 @@ def machine(ctx: Context) -> str:
     return "; ".join(parts)
 
 
-def render_block(ctx: Context, title: str, tables: list[Table], seconds: float) -> str:
-    """A benchmark's block: title, provenance line, tables."""
+def record_block(ctx: Context, title: str, tables: list[Table], seconds: float) -> dict[str, Any]:
+    """A benchmark's block as results.json keeps it: title, provenance, tables."""
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    kind = "quick run (small sizes, not for quoting)" if ctx.quick else "full run"
-    if ctx.note:
-        kind += f"; {ctx.note}"
-    head = f"### {title}\n\n_{when}, {machine(ctx)}; {kind}, {seconds:.0f} s._\n\n"
-    return head + "\n".join(t.markdown() for t in tables)
+    provenance = {
+        "when": when,
+        "machine": machine(ctx),
+        "quick": ctx.quick,
+        "note": ctx.note,
+        "seconds": round(seconds, 1),
+    }
+    return {"title": title, "provenance": provenance, "tables": [t.record() for t in tables]}
 
 
-def _parse(text: str) -> dict[str, str]:
-    return {key: body for key, body in BLOCK.findall(text)}
-
-
-def _render(blocks: dict[str, str], order: list[str]) -> str:
-    out = [HEADER]
+def _ordered(blocks: dict[str, dict], order: list[str]) -> list[str]:
+    """The keys by section, then in the order of the benchmarks (unknown names last)."""
     rank = {name: i for i, name in enumerate(order)}
+    sections = {kind: i for i, kind in enumerate(SECTIONS)}
+    return sorted(
+        blocks,
+        key=lambda k: (
+            sections.get(k.split("/", 1)[0], len(sections)),
+            rank.get(k.split("/", 1)[1], len(rank)),
+        ),
+    )
+
+
+def render_markdown(blocks: dict[str, dict], order: list[str]) -> str:
+    """RESULTS.md: the header, then one section per device kind with its blocks."""
+    out = [HEADER]
+    keys = _ordered(blocks, order)
     for section, heading in SECTIONS.items():
-        keys = [k for k in blocks if k.startswith(f"{section}/")]
-        if not keys and section not in PLACEHOLDERS:
+        mine = [k for k in keys if k.startswith(f"{section}/")]
+        if not mine and section not in PLACEHOLDERS:
             continue
         out.append(f"\n## {heading}\n")
-        if not keys:
+        if not mine:
             out.append(f"\n{PLACEHOLDERS[section]}\n")
-        for key in sorted(keys, key=lambda k: rank.get(k.split("/", 1)[1], len(rank))):
-            out.append(f"\n<!-- begin {key} -->\n{blocks[key]}<!-- end {key} -->\n")
+        for key in mine:
+            out.append(f"\n<!-- begin {key} -->\n{block_markdown(blocks[key])}<!-- end {key} -->\n")
     return "".join(out)
 
 
-def write_block(path: Path, ctx: Context, name: str, body: str, order: list[str]) -> None:
-    """Insert or replace block ``<device>/<name>`` in the results file, atomically."""
-    blocks = _parse(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    blocks[f"{ctx.device.type}/{name}"] = body if body.endswith("\n") else body + "\n"
-    atomic_write_text(path, _render(blocks, order))
+def _flat(obj: object) -> bool:
+    """A scalar, or a list or dict of scalars (a table cell, a row of cells counts too)."""
+    if isinstance(obj, dict):
+        return all(not isinstance(v, (dict, list)) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_flat(v) and not isinstance(v, list) for v in obj)
+    return True
+
+
+def _dumps(obj: object, depth: int = 0) -> str:
+    """JSON with one line per table row, column list and note: readable, and diffs stay short."""
+    inner = " " * (depth + 1)
+    if isinstance(obj, dict) and obj and not (_flat(obj) and depth > 2):
+        items = [f"{inner}{json.dumps(k)}: {_dumps(v, depth + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+    short = len(json.dumps(obj, ensure_ascii=False)) <= 100
+    if isinstance(obj, list) and obj and not (_flat(obj) and (short or isinstance(obj[0], dict))):
+        items = [f"{inner}{_dumps(v, depth + 1)}" for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + " " * depth + "]"
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def write_results(path: Path, blocks: dict[str, dict], order: list[str]) -> None:
+    """Write results.json at ``path`` and RESULTS.md beside it from ``blocks``, each atomically."""
+    ordered = {key: blocks[key] for key in _ordered(blocks, order)}
+    text = _dumps({"format": FORMAT, "blocks": ordered})
+    atomic_write_text(path, text + "\n")
+    atomic_write_text(path.with_name(MARKDOWN), render_markdown(ordered, order))
+
+
+def write_block(path: Path, kind: str, name: str, record: dict[str, Any], order: list[str]) -> None:
+    """Insert or replace block ``<kind>/<name>`` in results.json at ``path`` and render
+    RESULTS.md beside it again; the other blocks stay as they were."""
+    blocks = load_results(path)
+    blocks[f"{kind}/{name}"] = record
+    write_results(path, blocks, order)

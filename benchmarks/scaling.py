@@ -157,12 +157,11 @@ def run(ctx: Context) -> list[Table]:
 
 def _worker(argv: list[str]) -> None:
     """One process of a configuration (``--worker OUT``); rank 0 writes the summary."""
-    from cfbook import distributed
     from cfbook.data import load_mnist
     from cfbook.models import build_model
     from cfbook.objectives import FullObjective
     from cfbook.search.generators import NativeGenerator
-    from cfbook.training import counterfactual_training
+    from cfbook.training import counterfactual_training, distributed
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling")
     parser.add_argument("--worker", type=Path, required=True)
@@ -182,7 +181,7 @@ def _worker(argv: list[str]) -> None:
     _, log = counterfactual_training(
         FullObjective(),
         model,
-        NativeGenerator(maxiter=args.maxiter),
+        NativeGenerator(maxiter=args.maxiter, cf_batchsize=args.nce),
         loader,
         torch.optim.Adam(model.parameters(), lr=1e-3),
         device=processes.device,
@@ -190,7 +189,6 @@ def _worker(argv: list[str]) -> None:
         domain=data.domain,
         burnin=1 / args.epochs,
         nce=args.nce,
-        cf_batchsize=args.nce,
         accuracy_every=args.epochs,
         verbose=0,
         profile_epoch=args.epochs,

@@ -13,6 +13,7 @@ import contextlib
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -164,7 +165,7 @@ def run(ctx: Context) -> list[Table]:
     for label, search, gen, chunk in runs:
         chunks = -(-nce // chunk) if chunk else 1
         with counting(NativeGenerator, "_search", cuda) as counter:
-            gen.generate(model, x, target, domain=DOMAIN, cf_batchsize=chunk)
+            replace(gen, cf_batchsize=chunk).generate(model, x, target, domain=DOMAIN)
         in_search = max(counter.total("search"), counter.cuda_warnings["search"])
         table.add(
             label,

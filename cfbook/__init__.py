@@ -1,16 +1,30 @@
 """cfbook: counterfactual training on the GPU with PyTorch.
 
-The top level holds the training loop and what it is made of (objectives, one epoch's
-counterfactuals, logs, checkpoints, devices, distributed training, models). Below it:
-``cfbook.search`` (the counterfactual search), ``cfbook.evaluation`` (the paper's test-time
-protocol), ``cfbook.data`` (data sets on the device) and ``cfbook.book`` (only for the book;
-importing ``cfbook`` does not load it). The layers import downwards only: the book uses
-training, training uses evaluation and search, evaluation uses search; the leaf modules
-(``amp``, ``atomic``, ``device``, ``models``, ``objectives``, ``profiling``, ``progress``) import
-nothing of cfbook and serve every layer.
+Where things live:
+
+- ``cfbook.search``: the counterfactual search (the ``Generator`` protocol, ``NativeGenerator``
+  batched on the device, ``ReferenceGenerator`` one sample at a time, the compiled step, the
+  domain and mutability constraints);
+- ``cfbook.training``: ``counterfactual_training``, a run's identity, one epoch's
+  counterfactuals, CT's loss terms, logs, checkpoints, training over several processes;
+- ``cfbook.evaluation``: the CT paper's test-time protocol (``paper_evaluate``), its measures,
+  round statistics, attacks and attributions;
+- ``cfbook.data``: data sets as tensors on the device (MNIST, the paper's tabular and synthetic
+  sets) and the on-device loader;
+- the leaf modules ``models``, ``objectives``, ``device``, ``amp``, ``atomic``, ``profiling``,
+  ``progress``, which import nothing of cfbook;
+- ``cfbook.paper``: the paper's experiment grid; ``cfbook.book``: only the book (importing
+  ``cfbook`` loads neither); ``cfbook.commands``: the command lines.
+
+The parts import downwards only (``pyproject.toml``'s import-linter contracts hold them to it):
+commands, book, paper, training, evaluation, then search and data. Everything a training script
+needs is importable from here.
 """
 
-from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
+from cfbook.data import DeviceLoader, load_mnist
+from cfbook.device import detect_device
+from cfbook.evaluation import PaperProtocol, accuracy, attack_accuracy, paper_evaluate, predict
+from cfbook.models import build_model, mlp, resnet18_mnist
 from cfbook.objectives import (
     AdversarialObjective,
     EnergyDifferentialObjective,
@@ -18,24 +32,50 @@ from cfbook.objectives import (
     Objective,
     VanillaObjective,
 )
-from cfbook.search.generators import CounterfactualResult, NativeGenerator, ReferenceGenerator
-from cfbook.training import LowValidityWarning, counterfactual_training
+from cfbook.search import (
+    CounterfactualResult,
+    Generator,
+    NativeGenerator,
+    ReferenceGenerator,
+    infer_domain,
+)
+from cfbook.training import (
+    EpochRecord,
+    LowValidityWarning,
+    TrainingLog,
+    counterfactual_training,
+    load_log,
+    save_log,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AdversarialObjective",
     "CounterfactualResult",
+    "DeviceLoader",
     "EnergyDifferentialObjective",
     "EpochRecord",
     "FullObjective",
+    "Generator",
     "LowValidityWarning",
     "NativeGenerator",
     "Objective",
+    "PaperProtocol",
     "ReferenceGenerator",
     "TrainingLog",
     "VanillaObjective",
+    "accuracy",
+    "attack_accuracy",
+    "build_model",
     "counterfactual_training",
+    "detect_device",
+    "infer_domain",
     "load_log",
+    "load_mnist",
+    "mlp",
+    "paper_evaluate",
+    "predict",
+    "resnet18_mnist",
     "save_log",
 ]

@@ -12,7 +12,7 @@
 #      written as soon as it is measured, so the time box keeps what finished);
 #   4. with two GPUs or more: the `tutorial` full stage on 1 and on 2 GPUs (DDP over NCCL),
 #      logs in data/scaling/.
-# Commit data/tutorial/, data/scaling/ and benchmarks/RESULTS.md afterwards.
+# Commit data/tutorial/, data/scaling/, benchmarks/results.json and RESULTS.md afterwards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
@@ -42,12 +42,12 @@ fi
 nvidia-smi -L 2>/dev/null || true
 echo "torch sees ${gpus} GPU(s)"
 
-step "tutorial stages" 240 "$py" -m cfbook.pipeline --profile tutorial --stages-only --force
+step "tutorial stages" 240 "$py" -m cfbook.commands.pipeline --profile tutorial --stages-only --force
 step "CUDA-only tests" 60 "$py" -m pytest -q -rs -m cuda tests/
 step "GPU benchmarks" 120 "$py" -m benchmarks.run --device cuda --note "scripts/gpu-check.sh" \
     --only speedup,scaling,overhead,throughput,precision,syncs,memory,efficiency
 if [ "$gpus" -ge 2 ]; then
-    step "DDP on 2 GPUs" 480 "$py" -m cfbook.book.scaling --profile tutorial --mode full \
+    step "DDP on 2 GPUs" 480 "$py" -m cfbook.commands.scaling --profile tutorial --mode full \
         --processes 1 2 --device cuda
 else
     echo "=== one GPU: no 2-GPU DDP stage"
@@ -57,4 +57,4 @@ if [ "${#failed[@]}" != 0 ]; then
     printf 'GPU check: failed or out of time: %s\n' "${failed[@]}" >&2
     exit 1
 fi
-echo "GPU check passed. Commit data/tutorial/, data/scaling/ and benchmarks/RESULTS.md."
+echo "GPU check passed. Commit data/tutorial/, data/scaling/, benchmarks/results.json and RESULTS.md."

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/quarto.sh
-.venv/bin/python -m cfbook.pipeline "$@"
+.venv/bin/python -m cfbook.commands.pipeline "$@"

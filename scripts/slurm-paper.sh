@@ -4,7 +4,7 @@
 # submits three jobs, each waiting for the one before):
 #
 #   bash scripts/slurm-paper.sh                      # the whole grid
-#   bash scripts/slurm-paper.sh --data adult,mnist   # part of it (any python -m cfbook.paper filter)
+#   bash scripts/slurm-paper.sh --data adult,mnist   # part of it (any python -m cfbook.commands.paper filter)
 #   bash scripts/slurm-paper.sh --dry-run            # print the sbatch commands instead
 #
 # Every task is resumable: a requeued or repeated task reuses what is done. Results go to
@@ -22,9 +22,9 @@ python=${PYTHON:-python}
 read -r -a extra <<< "${SBATCH_ARGS:---cpus-per-task=2 --mem=8G --time=00:30:00}"
 args=$(printf '%q ' "$@")
 
-n_cells=$("$python" -m cfbook.paper --list "$@" | wc -l)
-n_evals=$("$python" -m cfbook.paper --list-evaluations "$@" | wc -l)
-run="$python -m cfbook.paper $args"
+n_cells=$("$python" -m cfbook.commands.paper --list "$@" | wc -l)
+n_evals=$("$python" -m cfbook.commands.paper --list-evaluations "$@" | wc -l)
+run="$python -m cfbook.commands.paper $args"
 
 train=(sbatch --parsable "${extra[@]}" --job-name=cfbook-paper-train
     --array=0-$((n_cells - 1)) --output=cfbook-paper-train-%A_%a.out

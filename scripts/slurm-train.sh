@@ -7,7 +7,7 @@
 # srun starts one torchrun per node; each torchrun starts one process per GPU of its node. The
 # torchruns find each other through a c10d rendezvous on the job's first node (no fixed ranks
 # per node, no MASTER_ADDR to export), and `--kill-on-bad-exit` ends the whole job when one
-# node fails. The arguments go to `python -m cfbook.train`; `--dry-run` (first argument) prints
+# node fails. The arguments go to `python -m cfbook.commands.train_profile`; `--dry-run` (first argument) prints
 # the command instead of running it, given the SLURM_* variables a job would have.
 # Adapt the #SBATCH lines (partition, account, GPUs per node, time) to your cluster.
 #
@@ -37,7 +37,7 @@ launch=(
     torchrun --nnodes="$nodes" --nproc_per_node="$gpus_per_node"
     --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d --rdzv_endpoint="$head_node:$port"
     --max_restarts=0
-    -m cfbook.train "$@"
+    -m cfbook.commands.train_profile "$@"
 )
 if [ "$dry_run" = 1 ]; then
     printf '%q ' "${launch[@]}"

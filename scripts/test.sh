@@ -16,5 +16,6 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/lint-imports
 export CFBOOK_DEVICE=${CFBOOK_DEVICE:-cpu}
 .venv/bin/python -m pytest "$@"

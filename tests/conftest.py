@@ -70,8 +70,9 @@ def make_data_dir(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory: pytest.TempPathFactory) -> SmokeBook:
-    """Run ``python -m cfbook.pipeline --profile smoke`` end to end into temporary folders."""
-    from cfbook.book.pipeline import main
+    """Run ``python -m cfbook.commands.pipeline --profile smoke`` end to end into temporary
+    folders."""
+    from cfbook.commands.pipeline import main
 
     root = tmp_path_factory.mktemp("smoke-book")
     book = SmokeBook(make_data_dir(root), root / "build", root / "site", -1, "")

@@ -21,11 +21,11 @@ from cfbook import (
     NativeGenerator,
     VanillaObjective,
     counterfactual_training,
-    distributed,
 )
 from cfbook.data import DeviceLoader
-from cfbook.log import save_log
 from cfbook.models import mlp
+from cfbook.training import distributed
+from cfbook.training.log import save_log
 
 N, N_FEATURES, N_CLASSES = 120, 6, 3
 SEARCHED: list[dict] = []  # what each search of this process was given and found

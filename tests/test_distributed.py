@@ -20,13 +20,13 @@ import pytest
 import torch
 from distributed_worker import toy_data, toy_run
 
-from cfbook import distributed
 from cfbook.book.profiles import PROFILES
 from cfbook.book.stages import stage_outputs
-from cfbook.checkpoint import load_checkpoint
 from cfbook.data import DeviceLoader
 from cfbook.device import cpu_cores
-from cfbook.log import load_log
+from cfbook.training import distributed
+from cfbook.training.checkpoint import load_checkpoint
+from cfbook.training.log import load_log
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -158,7 +158,7 @@ def test_killed_job_fails_then_resumes_from_its_checkpoint_on_two_ranks(full_job
     assert killed.returncode != 0
     assert time.monotonic() - start < LAUNCH_TIMEOUT_S
     saved = load_checkpoint(checkpoints)
-    assert saved is not None and 1 <= saved["epoch"] < 4 and saved["world_size"] == 2
+    assert saved is not None and 1 <= saved["epoch"] < 4 and saved["run"]["world_size"] == 2
     assert not list(checkpoints.glob(".*.tmp")), "a half-written checkpoint is left behind"
     assert not (out / "full.json").exists()
     with pytest.raises(ValueError, match=r"written by 2 process\(es\), this run has 1"):
@@ -269,7 +269,13 @@ def test_slurm_dry_run_prints_the_torchrun_command_for_2_nodes_of_4_gpus(tmp_pat
     ):
         assert flag in launch, f"{flag} missing from {line}"
     module = launch.index("-m")
-    assert launch[module + 1 :] == ["cfbook.train", "--profile", "tutorial", "--mode", "full"]
+    assert launch[module + 1 :] == [
+        "cfbook.commands.train_profile",
+        "--profile",
+        "tutorial",
+        "--mode",
+        "full",
+    ]
 
 
 @pytest.mark.slow
@@ -281,7 +287,7 @@ def test_command_line_stage_on_one_and_two_processes(tmp_path):
         [
             sys.executable,
             "-m",
-            "cfbook.train",
+            "cfbook.commands.train_profile",
             "--profile",
             "smoke",
             "--mode",
@@ -302,7 +308,7 @@ def test_command_line_stage_on_one_and_two_processes(tmp_path):
     ok(
         torchrun(
             "-m",
-            "cfbook.train",
+            "cfbook.commands.train_profile",
             "--profile",
             "smoke",
             "--mode",

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from cfbook.book.figures.evaluation import gallery_figure, gallery_text, robustness_figure
-from cfbook.evaluation.protocol import mean_se
-from cfbook.evaluation.report import compare_robustness, comparison_table
+from cfbook.book.figures.evaluation import (
+    gallery_figure,
+    gallery_search_text,
+    gallery_text,
+    robustness_figure,
+)
+from cfbook.book.report import compare_robustness, comparison_table
+from cfbook.evaluation.protocol import PaperProtocol
+from cfbook.evaluation.statistics import mean_se
 
 BLANK = "00" * 784  # an all-background digit
 INK = "ff" * 784
@@ -14,56 +20,31 @@ INK = "ff" * 784
 
 def fake(
     objective: str,
-    ip: list[float],
-    cost: list[float],
     acc: list[float],
     fgsm: list[float],
     valid: list[bool],
 ) -> dict:
-    """An evaluation with one run per entry of ``ip`` (one model per run)."""
-    runs = [
-        {
-            "run": r,
-            "per_lambda": {
-                "1": {
-                    "n": 10,
-                    "n_valid": 10,
-                    "validity": 1.0,
-                    "cost": c,
-                    "ip": i,
-                    "ip_star": 0.1,
-                    "n_ip_star": 10,
-                }
-            },
-            "pooled": {"validity": 1.0, "cost": c, "ip": i, "ip_star": 0.1},
-        }
-        for r, (i, c) in enumerate(zip(ip, cost, strict=True))
-    ]
+    """An evaluation of one model per entry of ``acc``."""
     per_model = [
-        {"clean": a, "fgsm": {"0.03": f}, "pgd": {"0.03": f - 0.1}}
+        {"clean": a, "epsilons": [0.03], "fgsm": [f], "pgd": [f - 0.1]}
         for a, f in zip(acc, fgsm, strict=True)
     ]
-    summary = {
-        key: mean_se([run["pooled"][key] for run in runs])
-        for key in ("validity", "cost", "ip", "ip_star")
-    }
-    summary["per_lambda"] = {
-        "1": {key: summary[key] for key in ("validity", "cost", "ip", "ip_star")}
-    }
     return {
-        "config": {"runs": len(ip)},
-        "runs": runs,
-        "summary": summary,
+        "config": {"epsilons": [0.03]},
+        "n_models": len(acc),
         "robustness": {
             "per_model": per_model,
             "summary": {
                 "clean": mean_se(acc),
-                "fgsm": {"0.03": mean_se(fgsm)},
-                "pgd": {"0.03": mean_se([f - 0.1 for f in fgsm])},
+                "epsilons": [0.03],
+                "fgsm": [mean_se(fgsm)],
+                "pgd": [mean_se([f - 0.1 for f in fgsm])],
             },
         },
         "gallery": {
             "lambda_energy": 1.0,
+            "search": PaperProtocol().generator(1.0).settings(),
+            "validity": "target probability >= 0.5",
             "index": [5, 9],
             "label": [0, 1],
             "target": [3, 7],
@@ -80,16 +61,12 @@ def fake(
 def pair() -> tuple[dict, dict]:
     full = fake(
         "FullObjective",
-        ip=[90.0, 95.0, 100.0],
-        cost=[60.0, 66.0, 66.0],
         acc=[0.90, 0.91, 0.89],
         fgsm=[0.80, 0.82, 0.84],
         valid=[True, False],
     )
     vanilla = fake(
         "VanillaObjective",
-        ip=[100.0, 100.0, 100.0],
-        cost=[50.0, 50.0, 60.0],
         acc=[0.92, 0.93, 0.91],
         fgsm=[0.70, 0.72, 0.74],
         valid=[True, True],
@@ -116,8 +93,8 @@ def test_evaluations_of_different_runs_are_refused(pair):
     with pytest.raises(ValueError, match="different profiles"):
         compare_robustness(full, vanilla)
     vanilla["meta"]["profile"] = "cpu"
-    vanilla["config"] = {"runs": 5}
-    with pytest.raises(ValueError, match="different protocols"):
+    vanilla["config"] = {"epsilons": [0.05]}
+    with pytest.raises(ValueError, match="different settings"):
         compare_robustness(full, vanilla)
 
 
@@ -147,3 +124,18 @@ def test_gallery_text_counts_valid_searches_and_changed_pixels(pair):
     # CT: one of two valid, every pixel inked (784 changed, L1 784 * 2); baseline: both valid.
     assert "the CT model's searches reached their target for 1 of 2 digits" in text
     assert "the baseline model's searches reached their target for 2 of 2 digits" in text
+
+
+def test_the_gallery_says_which_search_made_it(pair):
+    paper = gallery_search_text(pair[0]["gallery"])
+    assert paper == (
+        "Both models' searches took steps of 0.25, up to 50 of them, stopping at a target "
+        "probability of 0.95, with energy weight 1 and distance weight 0; a counterfactual counts "
+        "as valid when the model gives its target at least probability 0.5."
+    )
+    assert paper in gallery_text(*pair)
+    old = {**pair[0]["gallery"], "validity": "argmax"}
+    old["search"] = {**old["search"], "step_size": 0.1}
+    text = gallery_search_text(old)
+    assert "steps of 0.1" in text and "most likely class is its target" in text
+    assert "These are not the paper's test-time settings" in text

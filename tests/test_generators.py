@@ -2,6 +2,7 @@ import gc
 import math
 import warnings
 import weakref
+from dataclasses import replace
 
 import pytest
 import torch
@@ -521,7 +522,7 @@ def test_auto_compiles_large_cheap_searches_whose_planned_work_repays_the_compil
 
 def test_auto_decides_a_search_from_its_own_size_and_a_run_from_its_plan(monkeypatch):
     """A generate() call plans rows x maxiter counterfactual-steps, split into chunks as it
-    searches them; settle_compile settles "auto" for a whole run's plan. Neither depends on what was
+    searches them; plan settles "auto" for a whole run's plan. Neither depends on what was
     searched before: the same call compiles, or not, every time."""
     calls = _count_compiles(monkeypatch)
     monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 0)
@@ -537,17 +538,26 @@ def test_auto_decides_a_search_from_its_own_size_and_a_run_from_its_plan(monkeyp
     again = gen.generate(model, x, target)
     assert calls  # big enough now: compiled from its first iteration
     assert_same_search(again, first)
-    assert gen.settle_compile(model, x, len(x) * gen.maxiter) is True
-    assert gen.settle_compile(model, x, len(x) * gen.maxiter - 1) is False
-    assert gen.settle_compile(model, x[:1], 10**9) is False  # one-row chunks never compile
-    assert gen.settle_compile(model, x, 10**9, cf_batchsize=1) is False
-    assert NativeGenerator(compile=False).settle_compile(model, x, 10**9) is False
-    assert NativeGenerator(compile=True).settle_compile(model, x[:1], 0) is True  # as set
-    calls.clear()  # a call's own setting: the generator's, unless it passes another
-    assert_same_search(gen.generate(model, x, target, compile=False), first, atol=0)
+
+    def plans(generator, rows, planned_rows, saved=None):
+        planned, record = generator.plan(model, rows, planned_rows, saved)
+        assert planned.compile is record["compiled"]  # the planned generator is settled
+        assert planned.settings() == generator.settings()  # and searches the same way
+        return record["compiled"]
+
+    assert plans(gen, x, len(x)) is True
+    assert plans(gen, x, len(x) - 1) is False
+    assert plans(gen, x[:1], 10**9) is False  # one-row chunks never compile
+    assert plans(replace(gen, cf_batchsize=1), x, 10**9) is False
+    assert plans(NativeGenerator(compile=False), x, 10**9) is False
+    assert plans(NativeGenerator(compile=True), x[:1], 0) is True  # as set
+    # A resumed run keeps the interrupted run's decision under "auto", only under "auto".
+    saved = {"compile": "auto", "compiled": False, "planned_steps": 7}
+    assert gen.plan(model, x, len(x), saved) == (replace(gen, compile=False), saved)
+    assert plans(NativeGenerator(compile=True), x, len(x), saved) is True
+    calls.clear()  # a settled generator searches as settled, whatever its size
+    assert_same_search(replace(gen, compile=False).generate(model, x, target), first, atol=0)
     assert not calls
-    with pytest.raises(ValueError, match="compile must be"):
-        gen.generate(model, x, target, compile="sometimes")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

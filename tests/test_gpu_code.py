@@ -76,7 +76,7 @@ def test_topic_is_shown_by_an_executed_code_cell(topic):
         for cell in matches:
             assert cell.outputs, (
                 f"{topic}: the cell with {snippet!r} has no stored output; execute the chapter "
-                "(python -m cfbook.pipeline) before committing"
+                "(python -m cfbook.commands.pipeline) before committing"
             )
             assert all(out.output_type != "error" for out in cell.outputs), (
                 f"{topic}: the cell with {snippet!r} stored an error"

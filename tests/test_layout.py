@@ -1,111 +1,69 @@
-"""The package's architecture, checked from its source: which part may import which.
-
-Each sub-package's ``__init__`` says what it may import; this test holds the code to it, so a
-new import that points the wrong way (evaluation reaching into training, the library loading the
-book) fails here instead of growing into an import cycle.
-"""
+"""The package's architecture: the parts the tree shows, the layering that import-linter holds
+them to (``pyproject.toml``'s contracts, relative imports included), and what ``import cfbook``
+loads."""
 
 from __future__ import annotations
 
-import ast
+import shutil
 import subprocess
 import sys
-from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "cfbook"
-
-# Top-level modules that import nothing of cfbook: every layer may use them.
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cfbook"
 LEAVES = {"amp", "atomic", "device", "models", "objectives", "profiling", "progress"}
-# The command lines, the only modules outside cfbook.book that may import it.
-COMMANDS = {"train", "pipeline"}
-# What each part may import besides itself and the leaves ("core": the training loop).
-ALLOWED = {
-    "search": set(),
-    "data": set(),
-    "evaluation": {"search"},
-    "core": {"search", "evaluation", "data"},
-    # The paper's experiment grid: a command layer beside the book, which shows its results.
-    "paper": {"search", "evaluation", "data", "core"},
-    "book": {"search", "evaluation", "data", "core", "paper"},
-    "commands": {"search", "evaluation", "data", "core", "book"},
-}
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-
-
-def part(module: str) -> str:
-    """The part of the package a module belongs to: a sub-package, a leaf, a command or core."""
-    names = module.split(".")
-    if len(names) == 1:
-        return "root"
-    if module in MODULES and MODULES[module].parent == PACKAGE:
-        top = names[1]
-        return "leaf" if top in LEAVES else "commands" if top in COMMANDS else "core"
-    return names[1]
-
-
-def imports(module: str) -> set[str]:
-    """The cfbook modules ``module`` imports, at its top or inside functions."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            sub = [f"{node.module}.{alias.name}" for alias in node.names]
-            targets = [name for name in sub if name in MODULES] or [node.module]
-        else:
-            continue
-        found.update(t for t in targets if t.split(".")[0] == "cfbook")
-    return found
-
-
-GRAPH = {module: imports(module) for module in MODULES}
+PARTS = {"search", "training", "evaluation", "data", "paper", "book", "commands"}
 
 
 def test_the_tree_shows_the_parts():
-    tops = {p.stem for p in PACKAGE.glob("*.py")}
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert folders == {"search", "evaluation", "data", "paper", "book"}
-    assert len(tops) <= 16
-    assert tops >= LEAVES | COMMANDS
+    assert folders == PARTS
+    assert {p.stem for p in PACKAGE.glob("*.py")} == LEAVES | {"__init__"}
 
 
-@pytest.mark.parametrize("leaf", sorted(LEAVES))
-def test_leaves_import_nothing_of_cfbook(leaf):
-    assert GRAPH[f"cfbook.{leaf}"] == set()
+def test_the_readme_layout_names_every_part():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout") :]
+    for part in PARTS:
+        assert f"{part}/" in layout, f"the README's layout section does not name {part}/"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if part(m) != "root"))
-def test_imports_point_downwards(module):
-    allowed = ALLOWED.get(part(module), set()) | {part(module), "leaf"}
-    wrong = sorted(t for t in GRAPH[module] if part(t) not in allowed)
-    assert not wrong, f"{module} ({part(module)}) may not import {wrong}"
+def _lint_imports() -> subprocess.CompletedProcess:
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.fail("lint-imports is missing: pip install -e '.[test]'")
+    return subprocess.run([exe], cwd=ROOT, capture_output=True, text=True)
 
 
-def test_no_import_cycles():
-    graph = {m: {t for t in targets if t in MODULES} for m, targets in GRAPH.items()}
-    for module in graph:  # a package's __init__ may re-export its own modules
-        graph[module] = {t for t in graph[module] if not module.startswith(t + ".")}
-    try:
-        tuple(TopologicalSorter(graph).static_order())
-    except CycleError as err:
-        pytest.fail(f"import cycle: {' -> '.join(err.args[1])}")
+def test_the_import_contracts_hold():
+    done = _lint_imports()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 2 kept, 0 broken." in done.stdout
+
+
+def test_a_relative_import_upwards_breaks_a_contract(tmp_path):
+    """The contracts resolve relative imports: ``from ..book import profiles`` in the search
+    is caught (the old layering test read only absolute imports)."""
+    copy = tmp_path / "repo"
+    shutil.copytree(PACKAGE, copy / "cfbook", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    with (copy / "cfbook" / "search" / "targets.py").open("a") as f:
+        f.write("\nfrom ..book import profiles  # noqa: E402, F401\n")
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    env = {"PYTHONPATH": str(copy), "PATH": str(Path(sys.executable).parent)}
+    done = subprocess.run([exe], cwd=copy, capture_output=True, text=True, env=env)
+    assert done.returncode != 0
+    assert "cfbook.search is not allowed to import cfbook.book" in done.stdout
 
 
 def test_importing_the_library_loads_no_book_machinery():
     code = (
-        "import sys, cfbook, cfbook.data, cfbook.evaluation, cfbook.search; "
-        "print(sorted(m for m in sys.modules if m.startswith('cfbook.book') "
-        "or m.split('.')[0] in ('plotly', 'nbconvert', 'papermill', 'yaml')))"
+        "import sys, cfbook, cfbook.data, cfbook.evaluation, cfbook.search, cfbook.training; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cfbook' and "
+        "m.split('.')[1:2] in (['book'], ['paper'], ['commands']) "
+        "or m.split('.')[0] in ('plotly', 'nbconvert', 'papermill', 'yaml', 'captum')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,8 +1,22 @@
+"""The measures, one implementation each (``cfbook.evaluation.metrics``), by hand and against
+brute-force references."""
+
+import math
+
 import pytest
 import torch
 from torch import nn
 
-from cfbook.evaluation.metrics import accuracy, cost, implausibility, mmd2, predict, validity
+from cfbook.evaluation.metrics import (
+    accuracy,
+    cost,
+    implausibility,
+    ip_star,
+    is_valid,
+    mmd2,
+    predict,
+    target_probability,
+)
 
 
 def linear_model() -> nn.Module:
@@ -17,21 +31,56 @@ def test_predict_accuracy_and_validity():
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0], [0.0, 3.0]])
     assert predict(model, x, batch_size=3).tolist() == [0, 1, 0, 1]
     assert accuracy(model, x, torch.tensor([0, 1, 1, 1])) == pytest.approx(0.75)
-    assert validity(model, x, torch.tensor([1, 1, 1, 1])) == pytest.approx(0.5)
+    target = torch.tensor([1, 1, 1, 1])
+    # softmax of (a, b): p(1) = 1 / (1 + e^(a - b))
+    expected = [1 / (1 + math.exp(a - b)) for a, b in x.tolist()]
+    assert target_probability(model, x, target).tolist() == pytest.approx(expected)
+    assert is_valid(model, x, target).tolist() == [False, True, False, True]
+    tie = torch.tensor([[1.0, 1.0]])  # p = 0.5 exactly: valid (the threshold is >= 0.5)
+    assert is_valid(model, tie, torch.tensor([1])).tolist() == [True]
     with pytest.raises(ValueError, match="at least one sample"):
         accuracy(model, x[:0], torch.tensor([], dtype=torch.long))
 
 
-def test_cost_and_implausibility():
+def test_cost_and_implausibility_by_hand():
     x = torch.zeros(2, 3)
     cf = torch.tensor([[1.0, -1.0, 0.0], [0.0, 0.0, 2.0]])
     assert cost(x, cf).tolist() == [2.0, 2.0]
-    data = torch.tensor([[1.0, -1.0, 0.0], [1.0, -1.0, 2.0], [5.0, 5.0, 5.0]])
-    labels = torch.tensor([0, 0, 1])
-    ip = implausibility(cf, torch.tensor([0, 1]), data, labels)
-    assert ip.tolist() == pytest.approx([1.0, 13.0])
-    with pytest.raises(ValueError, match="target class 2"):
-        implausibility(cf, torch.tensor([2, 2]), data, labels)
+    reference = torch.tensor([[1.0, -1.0, 0.0], [1.0, -1.0, 2.0]])
+    # L1 distances: row 0 -> 0 and 2, row 1 -> 4 and 2: the mean over every pair is 2.
+    assert implausibility(cf, reference) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="at least one"):
+        implausibility(cf, reference[:0])
+
+
+def brute_force_mmd2(a: torch.Tensor, b: torch.Tensor, scale: float) -> float:
+    """The unbiased MMD^2 as a double loop over pairs, straight from its definition."""
+
+    def k(u: torch.Tensor, v: torch.Tensor) -> float:
+        return math.exp(-float(((u - v) ** 2).sum()) / (2 * scale**2))
+
+    n, m = len(a), len(b)
+    kaa = sum(k(a[i], a[j]) for i in range(n) for j in range(n) if i != j) / (n * (n - 1))
+    kbb = sum(k(b[i], b[j]) for i in range(m) for j in range(m) if i != j) / (m * (m - 1))
+    kab = sum(k(a[i], b[j]) for i in range(n) for j in range(m)) / (n * m)
+    return kaa + kbb - 2 * kab
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 5.0])
+def test_mmd2_equals_the_brute_force_unbiased_estimate(scale):
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(7, 3, generator=g, dtype=torch.float64), torch.randn(5, 3, generator=g)
+    b = b.double() + 0.5
+    assert mmd2(a, b, bandwidth=scale) == pytest.approx(brute_force_mmd2(a, b, scale), abs=1e-12)
+
+
+def test_ip_star_is_mmd2_clamped_at_zero():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(6, 2, generator=g), torch.randn(6, 2, generator=g)
+    assert ip_star(a, b + 4, 1.0) == pytest.approx(mmd2(a, b + 4, 1.0))
+    same = torch.randn(4, 2, generator=g)
+    assert mmd2(same, same[[1, 0, 3, 2]], 1.0) < 0  # unbiased: below 0 for identical samples
+    assert ip_star(same, same[[1, 0, 3, 2]], 1.0) == 0.0
 
 
 def test_mmd2_is_small_for_the_same_distribution_and_large_otherwise():

@@ -7,6 +7,7 @@ notebooks twice (``testpaths`` in pyproject.toml keeps the default run on ``test
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 import subprocess
 import sys
@@ -123,7 +124,7 @@ def test_expected_cells_are_checked_and_executed(chapter):
         assert matches, f"{chapter}: no {CHECK_MARK} cell contains {snippet!r}"
         assert all(c.outputs for c in matches), (
             f"{chapter}: the {CHECK_MARK} cell with {snippet!r} has no stored output; "
-            "execute the chapter (python -m cfbook.pipeline) before committing"
+            "execute the chapter (python -m cfbook.commands.pipeline) before committing"
         )
 
 
@@ -186,3 +187,34 @@ def test_chapters_end_with_takeaways_and_some_with_exercises(chapter):
     assert headings[-1] == "## Takeaways", f"{chapter} ends with {headings[-1]!r}"
     if chapter in EXERCISES:
         assert headings[-2] == "## Exercises", chapter
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """The names a cell defines (imports, assignments, functions) and the names it reads."""
+    lines = [line for line in source.splitlines() if not line.startswith(("#|", "%"))]
+    tree = ast.parse("\n".join(lines))
+    defined, used = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            defined |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name):
+            (defined if isinstance(node.ctx, ast.Store) else used).add(node.id)
+    return defined, used
+
+
+def test_the_training_stage_needs_no_demonstration_cell():
+    """A training stage runs the training chapter without its ``demo`` cells, so no other cell may
+    read a name that only a demonstration cell defines."""
+    stage = set(dir(builtins)) | {"display", "get_ipython"}
+    demo: set[str] = set()
+    for cell in code_cells(read("training")):
+        defined, used = _names(cell.source)
+        if "demo" in cell.metadata.get("tags", []):
+            demo |= defined
+            continue
+        missing = (used - defined - stage) & demo
+        assert not missing, f"a stage cell reads {sorted(missing)}, set only by a demo cell"
+        stage |= defined
+    assert demo, "the training chapter has no demonstration cell any more"

@@ -24,7 +24,7 @@ from cfbook.book.figures.reproduction import (
     validity_table,
     validity_text,
 )
-from cfbook.paper.__main__ import main
+from cfbook.commands.paper import main
 from cfbook.paper.grid import ABLATION, TRAININGS, Cell, Scale, cell_config, grid_cells, run_cell
 from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, load_experiment_data
 from cfbook.search.generators import NativeGenerator
@@ -106,7 +106,8 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
         for s in (0, 1)
     ]
     assert adult["training_seconds"] == pytest.approx(sum(tested))
-    assert set(adult["robustness"]["full"]["pgd"]) == {f"{k / 90:g}" for k in range(10)}
+    robust = adult["robustness"]["full"]
+    assert robust["epsilons"] == [k / 90 for k in range(10)] and len(robust["pgd"]) == 10
     # The chapter's tables and text build from it.
     scale, counts = choose_length_scale(results)
     assert scale in ("5", "0.5") and set(counts) == {"5", "0.5"}
@@ -290,12 +291,13 @@ def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():
 def test_the_knob_text_reads_the_ends_of_each_line():
     from cfbook.book.figures.ablation import knobs_figure, knobs_text
 
-    def row(v, ip, acc):
-        return {"validity": [v, v], "ip": [ip, ip + 0.2], "accuracy": [acc, acc]}
+    def row(value, v, ip, acc):
+        return {"value": value, "validity": [v, v], "ip": [ip, ip + 0.2], "accuracy": [acc, acc]}
 
     knobs = {
         "knobs": {"lambda_div": [0.1, 2.0]},
-        "data": {"moons": {"lambda_div": {"0.1": row(0.9, 2.0, 0.99), "2": row(0.5, 1.0, 0.97)}}},
+        # Rows in any order: the text and the figure sort them by value.
+        "data": {"moons": {"lambda_div": [row(2.0, 0.5, 1.0, 0.97), row(0.1, 0.9, 2.0, 0.99)]}},
     }
     assert knobs_text(knobs) == (
         "- **λ_div** from 0.1 to 2: Moon: validity 0.9 → 0.5, IP (L1) 2.1 → 1.1, "
@@ -316,7 +318,9 @@ def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):
     (tmp_path / "reproduction" / "knobs.json").write_text('{"data": {}}')
     assert read_result(tmp_path, "knobs.json") == {"data": {}}
     (tmp_path / "reproduction" / "two_d.json").write_text("{broken")
-    with pytest.raises(ValueError, match="two_d.json is not valid JSON.*python -m cfbook.paper"):
+    with pytest.raises(
+        ValueError, match="two_d.json is not valid JSON.*python -m cfbook.commands.paper"
+    ):
         read_result(tmp_path, "two_d.json")
 
 

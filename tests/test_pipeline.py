@@ -17,13 +17,16 @@ import torch
 import yaml
 from conftest import REPO, SmokeBook
 
+from cfbook.book.evaluation import decode_images
 from cfbook.book.pipeline import (
+    DEMO_TAG,
     TRAINING_CHAPTER,
+    _evaluate,
     _reuse_reason,
+    _stale_evaluations,
     _starts_this_python,
     find_project_dir,
     kernel_name,
-    main,
     stage_notebook_path,
 )
 from cfbook.book.profiles import MODEL_NAMES, get_profile
@@ -32,6 +35,7 @@ from cfbook.book.site.build import PLOTLY_JS
 from cfbook.book.site.quarto import find_quarto, quarto_version
 from cfbook.book.stages import (
     TRAINING_MODES,
+    evaluation_outputs,
     evaluation_path,
     load_comparison_runs,
     load_evaluation,
@@ -43,10 +47,10 @@ from cfbook.book.stages import (
     weights_path,
 )
 from cfbook.book.toc import CONFIG_FILE, HOME_PAGE, read_book
+from cfbook.commands.pipeline import main
 from cfbook.data import load_mnist
-from cfbook.evaluation.protocol import decode_images
-from cfbook.log import EpochRecord, TrainingLog, load_log, save_log
 from cfbook.models import build_model
+from cfbook.training.log import EpochRecord, TrainingLog, load_log, save_log
 
 SMOKE = get_profile("smoke")
 
@@ -118,7 +122,7 @@ def test_environment_yml_and_pyproject_name_the_same_dependencies() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     specs = [*project["dependencies"]]
     for extra in project.get("optional-dependencies", {}).values():
-        specs += extra
+        specs += [s for s in extra if not s.startswith("cfbook[")]  # extras naming extras
     pip = {_name(s) for s in specs}
     assert conda == pip, f"only in environment.yml: {conda - pip}; only in pyproject: {pip - conda}"
     # torch and torchvision: the same lower bounds, and no upper bound that refuses a newer torch.
@@ -163,7 +167,10 @@ def test_missing_logs_say_which_command_to_run(
     assert load_comparison_runs(SMOKE, data_dir=tmp_path) is None
     out = capsys.readouterr().out
     assert f"{tmp_path.name}/smoke/full.json" in out  # relative: no machine paths in the book
-    assert f"python -m cfbook.pipeline --profile smoke --stages-only --data-dir {tmp_path}" in out
+    assert (
+        f"python -m cfbook.commands.pipeline --profile smoke --stages-only --data-dir {tmp_path}"
+        in out
+    )
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -184,39 +191,64 @@ def _log(config: dict) -> TrainingLog:
     return TrainingLog([record], {"profile": "smoke", "config": config})
 
 
-def _evaluation(config: dict) -> str:
-    return json.dumps(
-        {
-            "format": "cfbook-evaluation",
-            "summary": {},
-            "robustness": {},
-            "gallery": {},
-            "meta": {"config": config},
-        }
-    )
-
-
-def test_reuse_needs_every_output_of_the_same_configuration(
+def test_reuse_needs_every_log_of_the_same_configuration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     outputs = stage_outputs(tmp_path, SMOKE, "full")
-    assert [p.name for p in outputs] == ["full.json", "full-run2.json", "full-evaluation.json"]
+    assert [p.name for p in outputs] == ["full.json", "full-run2.json"]
     assert _reuse_reason(outputs, SMOKE) is None  # missing
-    for path in outputs[:2]:
-        save_log(_log(SMOKE.config()), path)
-    assert _reuse_reason(outputs, SMOKE) is None  # no evaluation yet
-    outputs[2].write_text(_evaluation(SMOKE.config()))
+    save_log(_log(SMOKE.config()), outputs[0])
+    assert _reuse_reason(outputs, SMOKE) is None  # one run missing
+    save_log(_log(SMOKE.config()), outputs[1])
     assert "reusing" in _reuse_reason(outputs, SMOKE)
     other = {**SMOKE.config(), "nepochs": 99}
     save_log(_log(other), outputs[1])
     assert _reuse_reason(outputs, SMOKE) is None
     assert "another 'smoke' configuration" in capsys.readouterr().out
-    save_log(_log(SMOKE.config()), outputs[1])
-    outputs[2].write_text(_evaluation(other))
-    assert _reuse_reason(outputs, SMOKE) is None
     outputs[0].write_text("{not json")
     assert _reuse_reason(outputs, SMOKE) is None
     assert "corrupt" in capsys.readouterr().out
+
+
+def test_evaluations_are_current_only_if_they_come_from_this_configuration(tmp_path: Path) -> None:
+    outputs = evaluation_outputs(tmp_path, SMOKE)
+    names = [p.name for p in outputs]
+    assert names == [
+        "full-evaluation.json",
+        "vanilla-evaluation.json",
+        "paired-evaluation.json",
+        "microscope.json",
+    ]
+    config = SMOKE.evaluation_config()
+    for path in outputs[:-1]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"meta": {"config": config}}))
+    assert _stale_evaluations(tmp_path, SMOKE) == outputs[-1:]  # the microscope is missing
+    outputs[-1].write_text(json.dumps({"meta": {"config": config}}))
+    assert _stale_evaluations(tmp_path, SMOKE) == []
+    other = {**config, "paired": {**config["paired"], "rounds": 99}}
+    outputs[2].write_text(json.dumps({"meta": {"config": other}}))
+    assert _stale_evaluations(tmp_path, SMOKE) == [outputs[2]]
+    outputs[1].write_text("{not json")
+    assert _stale_evaluations(tmp_path, SMOKE) == outputs[1:3]
+
+
+def test_without_weights_stale_evaluations_are_kept_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh clone has the logs and evaluations but not the weights: the evaluation step keeps
+    files made with other settings and says so, rather than failing the book."""
+    outputs = evaluation_outputs(tmp_path, SMOKE)
+    outputs[0].parent.mkdir(parents=True)
+    for path in outputs:
+        path.write_text(json.dumps({"meta": {"config": {"an older": "configuration"}}}))
+    _evaluate(SMOKE, data_dir=tmp_path, force=False, retrained=False)
+    out = capsys.readouterr().out
+    assert "keeping full-evaluation.json, vanilla-evaluation.json" in out and "--force" in out
+    # With the stages trained again, the step must run (and here fails: there is nothing to
+    # evaluate), never keep what the new weights would change.
+    with pytest.raises(FileNotFoundError, match="needs the weights and logs"):
+        _evaluate(SMOKE, data_dir=tmp_path, force=False, retrained=True)
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -263,15 +295,22 @@ def test_missing_chapter_files_are_reported(tmp_path: Path) -> None:
     assert "missing" in out and "index.ipynb" in out
 
 
-def _stub_book(project: Path, training_source: str) -> None:
-    """A project whose training chapter runs ``training_source`` (other chapters never run)."""
+def _stub_book(project: Path, training_source: str, demo_source: str | None = None) -> None:
+    """A project whose training chapter runs ``training_source``, after a demonstration cell
+    ``demo_source`` if given (other chapters never run)."""
     shutil.copyfile(REPO / CONFIG_FILE, project / CONFIG_FILE)
     for chapter in read_book(project).chapters:
         nb = nbformat.v4.new_notebook()
         nb.metadata.kernelspec = {"name": "python3", "language": "python", "display_name": "Py"}
+        training = chapter.name == TRAINING_CHAPTER
         nb.cells = [
             nbformat.v4.new_code_cell("CT_MODE = None", metadata={"tags": ["parameters"]}),
-            nbformat.v4.new_code_cell(training_source if chapter.name == TRAINING_CHAPTER else ""),
+            *(
+                [nbformat.v4.new_code_cell(demo_source, metadata={"tags": [DEMO_TAG]})]
+                if training and demo_source is not None
+                else []
+            ),
+            nbformat.v4.new_code_cell(training_source if training else ""),
         ]
         (project / chapter).parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, project / chapter)
@@ -295,6 +334,17 @@ def test_a_failing_stage_names_itself_and_its_notebook(tmp_path: Path) -> None:
     assert previous.read_text() == "the previous run's notebook"  # nothing lost
     assert not list(previous.parent.glob(".*.running.ipynb"))
     assert "CT_MODE=vanilla" not in out  # the build stopped at the failing stage
+
+
+@pytest.mark.slow
+def test_a_stage_skips_the_chapters_demonstration_cells(tmp_path: Path) -> None:
+    _stub_book(tmp_path, "raise RuntimeError('the stage ran')", "raise RuntimeError('a demo ran')")
+    data_dir = tmp_path / "data"
+    code, out = _run(
+        ["--profile", "smoke", "--project-dir", str(tmp_path), "--data-dir", str(data_dir)]
+    )
+    assert code == 1 and "RuntimeError: the stage ran" in out and "a demo ran" not in out
+    assert "a demo ran" in (tmp_path / "book" / TRAINING_CHAPTER).read_text()  # kept for plot
 
 
 @pytest.mark.slow
@@ -346,6 +396,7 @@ def test_smoke_pipeline_runs_every_stage_in_order(smoke_book: SmokeBook) -> None
     assert stages == [
         "training, CT_MODE=full",
         "training, CT_MODE=vanilla",
+        "evaluation",
         *[f"chapter {chapter}, CT_MODE=plot" for chapter in chapters],
         "website",
     ]
@@ -442,8 +493,11 @@ def test_smoke_stages_keep_every_run_their_weights_and_an_evaluation(
     for key in ("index", "label", "target", "factual"):
         assert full["gallery"][key] == vanilla["gallery"][key]
     assert full["gallery"]["label"] == list(range(10))
-    assert full["summary"]["n_searched"] == vanilla["summary"]["n_searched"]
-    assert set(full["robustness"]["summary"]["fgsm"]) == {"0.03"}
+    assert full["gallery"]["search"] == SMOKE.paired.generator(1.0).settings()
+    assert full["robustness"]["summary"]["epsilons"] == [0.03]
+    assert len(full["robustness"]["per_model"]) == SMOKE.runs
+    for result in (full, vanilla):
+        assert result["meta"]["config"] == SMOKE.evaluation_config()
     # Small enough to commit: the gallery is hex-encoded 8-bit pixels.
     path = evaluation_path(smoke_book.data_dir, "smoke", "full")
     assert path.stat().st_size < 60_000
@@ -463,6 +517,12 @@ def test_smoke_stage_notebooks_are_kept_beside_the_logs(smoke_book: SmokeBook) -
         text = "".join(o.get("text", "") for o in outputs)
         assert f"Objective: epoch {SMOKE.nepochs}/{SMOKE.nepochs}, " in text
         assert f"Saved the {mode} log" in text
+        # A training stage runs only its stage's work: no demonstration cell, no evaluation.
+        assert not [c for c in nb.cells if DEMO_TAG in c.metadata.get("tags", [])]
+        assert "counterfactual_training(\n    FullObjective()" not in "".join(
+            c.source for c in nb.cells
+        )
+        assert "Saved " not in text.replace(f"Saved the {mode} log", "")
 
 
 @pytest.mark.slow
@@ -491,10 +551,14 @@ def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> Non
 def test_existing_logs_are_reused_without_force(smoke_book: SmokeBook) -> None:
     paths = [log_path(smoke_book.data_dir, "smoke", m) for m in TRAINING_MODES]
     before = [p.stat().st_mtime_ns for p in paths]
+    evaluations = evaluation_outputs(smoke_book.data_dir, SMOKE)
+    made = [p.stat().st_mtime_ns for p in evaluations]
     code, out = _run(smoke_book.cli_args("--stages-only"))
     assert code == 0, out
     assert out.count("pass --force to retrain") == 2
+    assert "reusing the evaluations" in out
     assert [p.stat().st_mtime_ns for p in paths] == before
+    assert [p.stat().st_mtime_ns for p in evaluations] == made
 
 
 def test_profile_data_is_the_stages_subset_and_loader() -> None:
@@ -510,7 +574,7 @@ def test_profile_data_is_the_stages_subset_and_loader() -> None:
 @pytest.mark.slow
 def test_smoke_stages_leave_one_search_under_the_microscope(smoke_book: SmokeBook) -> None:
     result = load_microscope("smoke", data_dir=smoke_book.data_dir)
-    assert result is not None and result["meta"]["config"] == SMOKE.config()
+    assert result is not None and result["meta"]["config"] == SMOKE.evaluation_config()
     data = load_mnist(SMOKE.n, seed=SMOKE.seed, root=smoke_book.data_dir)
     index, tau = result["meta"]["index"], SMOKE.tau
     assert int(data.y_val[index]) == result["meta"]["factual"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from cfbook import FullObjective, NativeGenerator, VanillaObjective
+from cfbook.book.evaluation import EvaluationConfig
 from cfbook.book.profiles import (
     CT_MODES,
     MODEL_NAMES,
@@ -19,7 +20,6 @@ from cfbook.book.profiles import (
     get_profile,
     resolve_parameters,
 )
-from cfbook.evaluation.protocol import EvaluationConfig
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_tutorial_profile_is_the_julia_tutorial_configuration() -> None:
         "step_size": 0.1,
         "mature": "raw",
     }
-    assert tutorial.search() == NativeGenerator()
+    assert tutorial.search() == NativeGenerator(cf_batchsize=128)
     assert tutorial.objective("full") == FullObjective()
     assert tutorial.objective("vanilla") == VanillaObjective()
     assert tutorial.evaluation == EvaluationConfig()
@@ -64,7 +64,12 @@ def test_tutorial_profile_is_the_julia_tutorial_configuration() -> None:
 def test_profile_config_is_plain_json() -> None:
     config = get_profile("smoke").config()
     assert json.loads(json.dumps(config)) == config
-    assert config["lambdas"] == [1.0, 0.5, 0.1, 0.25] and config["evaluation"]["runs"] == 2
+    assert config["lambdas"] == [1.0, 0.5, 0.1, 0.25]
+    # The training stages' configuration leaves the evaluation out: it has its own.
+    assert "evaluation" not in config and "paired" not in config
+    both = get_profile("smoke").evaluation_config()
+    assert both["training"] == config and both["evaluation"]["epsilons"] == [0.03]
+    assert json.loads(json.dumps(both)) == both
 
 
 def test_cpu_profile_keeps_the_model_and_search_but_shrinks_the_run() -> None:
@@ -74,7 +79,7 @@ def test_cpu_profile_keeps_the_model_and_search_but_shrinks_the_run() -> None:
     assert round(cpu.burnin * cpu.nepochs) >= 1  # burn-in still visible in the figure
     # Several seeds, under the paper's rule, with the search benchmark 11 chose.
     assert cpu.runs >= 3 and cpu.mature == "neighbour"
-    assert cpu.search() == NativeGenerator(step_size=1.0, lambda_cost=0.001)
+    assert cpu.search() == NativeGenerator(step_size=1.0, lambda_cost=0.001, cf_batchsize=512)
 
 
 def test_smoke_profile_is_tiny_but_exercises_burn_in_and_skipped_accuracy() -> None:

@@ -20,9 +20,9 @@ from conftest import make_data_dir
 
 from cfbook.book.profiles import get_profile
 from cfbook.book.stages import log_path, stage_checkpoint_dir
-from cfbook.checkpoint import CHECKPOINT_NAME, load_checkpoint, prepare_checkpoint_dir
-from cfbook.log import load_log
 from cfbook.search import NativeGenerator, compiled
+from cfbook.training.checkpoint import CHECKPOINT_NAME, load_checkpoint, prepare_checkpoint_dir
+from cfbook.training.log import load_log
 
 NEPOCHS = 12
 # The smoke stage with more epochs. argv: data folder, seconds to pause after each epoch (the

@@ -6,7 +6,7 @@ import pytest
 import torch
 from distributed_worker import toy_data, toy_run
 
-from cfbook import distributed
+from cfbook.book.benchmarks import RESULTS_JSON, benchmark_summary, stored_benchmark
 from cfbook.book.scaling import (
     device_comparison_markdown,
     launcher,
@@ -16,11 +16,11 @@ from cfbook.book.scaling import (
     scaling_figure,
     scaling_markdown,
     scaling_profiles,
-    stored_benchmark,
 )
 from cfbook.data import DeviceLoader
-from cfbook.log import save_log
 from cfbook.profiling import REGIONS, profile_markdown
+from cfbook.training import distributed
+from cfbook.training.log import save_log
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +97,9 @@ def test_scaling_runs_are_read_back_by_process_count(tmp_path, profiled):
 
 
 def test_stored_benchmark_blocks_and_device_comparison(tmp_path):
-    scaling = stored_benchmark("scaling", "cpu")
+    scaling = stored_benchmark("scaling", "cpu")  # rendered from benchmarks/results.json
     assert scaling is not None and scaling.startswith("### 7. Scaling")
+    assert scaling in RESULTS_JSON.with_name("RESULTS.md").read_text(encoding="utf-8")
     assert stored_benchmark("no-such-benchmark") is None
     text = device_comparison_markdown(tmp_path, profiles=("tutorial",))
     assert "No stored run of `tutorial` yet" in text and "gpu-check.sh" in text
@@ -123,16 +124,14 @@ def test_measure_keeps_the_stage_log_with_its_command_and_wall_time(tmp_path):
     assert path == run_path(data_dir, "smoke", "vanilla", 1)
     (log,) = load_scaling_runs("smoke", "vanilla", data_dir=data_dir).values()
     assert log.meta["processes"] == 1 and log.meta["wall_s"] > 0 and len(log) == 4
-    command = "python -m cfbook.train --profile smoke --mode vanilla --device cpu"
+    command = "python -m cfbook.commands.train_profile --profile smoke --mode vanilla --device cpu"
     assert log.meta["command"] == command
     assert "data/MNIST/raw" in log.meta["data_source"]  # relative: no machine paths in the log
     assert not (data_dir / "smoke").exists()  # the profile's own logs are left alone
 
 
 def test_a_recorded_benchmark_is_summarised_by_its_targets_with_no_headings():
-    from cfbook.book.scaling import benchmark_summary
-
-    summary = benchmark_summary("calibration")  # recorded in benchmarks/RESULTS.md
+    summary = benchmark_summary("calibration")  # recorded in benchmarks/results.json
     assert summary.startswith("**Targets**\n\n| target | measured | status |")
     assert "<details><summary>All of benchmark calibration</summary>" in summary
     assert not any(line.startswith("#") for line in summary.splitlines())

@@ -16,14 +16,18 @@ from cfbook import (
     VanillaObjective,
     counterfactual_training,
 )
-from cfbook.counterfactuals import NeighbourSampler, epoch_counterfactuals
 from cfbook.data import DeviceLoader, find_data_dir, load_mnist
 from cfbook.evaluation.metrics import accuracy, predict
 from cfbook.models import mlp
-from cfbook.search.constraints import make_constraints
+from cfbook.search import Generator
 from cfbook.search.generators import PAPER_SEARCH
 from cfbook.search.targets import draw_targets, label_levels
-from cfbook.training import _chunk_bounds
+from cfbook.training.counterfactuals import (
+    NeighbourSampler,
+    chunk_bounds,
+    epoch_counterfactuals,
+    plan_epoch_search,
+)
 
 N_FEATURES, N_CLASSES = 10, 3
 
@@ -56,26 +60,33 @@ def toy_run(objective, generator=None, *, nepochs=4, seed=0, loader_seed=0, **kw
     )
 
 
-class ForbiddenGenerator(NativeGenerator):
+class ForbiddenGenerator(Generator):
     def generate(self, *args, **kwargs):
         raise AssertionError("the generator must not be called")
 
 
-class SpyGenerator(NativeGenerator):
-    """Records, at call time, the factuals, the model's predictions, the targets and what the
-    search returned."""
+class SpyGenerator(Generator):
+    """A generator of its own that searches with ``NativeGenerator(**settings)`` and records, at
+    call time, the factuals, the model's predictions, the targets and what the search returned."""
 
-    calls: list
+    def __init__(self, **settings):
+        self.inner = NativeGenerator(**settings)
+        self.calls: list[dict] = []
 
-    def generate(self, model, x, target, **kwargs):
-        object.__setattr__(self, "calls", getattr(self, "calls", []))
-        result = super().generate(model, x, target, **kwargs)
+    def settings(self):
+        return self.inner.settings()
+
+    def plan(self, model, rows, planned_rows, saved=None):
+        self.inner, record = self.inner.plan(model, rows, planned_rows, saved)
+        return self, record
+
+    def generate(self, model, x, target, *, domain=None, mutability=None):
+        result = self.inner.generate(model, x, target, domain=domain, mutability=mutability)
         self.calls.append(
             {
                 "x": x.clone(),
                 "pred": predict(model, x),
                 "target": target.clone(),
-                "cf_batchsize": kwargs.get("cf_batchsize"),
                 "result": result,
             }
         )
@@ -99,10 +110,10 @@ CE = 0.31326169
 HAND = {"implaus": 0.75, "reg_loss": 4.25, "adv_loss": CE, "implaus_valid": 1.0}
 
 
-class StubSearch(NativeGenerator):
+class StubSearch(Generator):
     """A search whose output is fixed by hand (see above); it advances ``clock`` by 100 s."""
 
-    def generate(self, model, x, target, **kwargs):
+    def generate(self, model, x, target, *, domain=None, mutability=None):
         cf = 2.0 * torch.nn.functional.one_hot(target, 2).float()
         valid = torch.arange(len(x)) < 3
         STUB_CLOCK[0] += 100.0
@@ -271,15 +282,32 @@ def test_targets_are_drawn_from_the_labels_present_minus_the_prediction():
         label_levels(torch.tensor([3, 3, 3]))
 
 
-def test_targets_exclude_the_predicted_class_and_chunking_is_passed_on():
-    spy = SpyGenerator(maxiter=3)
-    toy_run(FullObjective(), spy, nepochs=3, nce=60, cf_batchsize=16)
-    assert len(spy.calls) == 3
+def test_targets_exclude_the_predicted_class():
+    spy = SpyGenerator(maxiter=3, cf_batchsize=16)
+    toy_run(FullObjective(), spy, nepochs=3, nce=60)
+    assert len(spy.calls) == 3 and spy.inner.cf_batchsize == 16
     for call in spy.calls:
         target = call["target"]
-        assert target.shape == (60,) and call["cf_batchsize"] == 16
+        assert target.shape == (60,)
         assert bool((call["pred"] != target).all())
         assert set(target.tolist()) <= set(range(N_CLASSES))
+
+
+def _epoch_search(model, x, y, generator, *, mutability=None, mature="neighbour"):
+    return plan_epoch_search(
+        generator,
+        model,
+        x,
+        y,
+        nce=40,
+        search_epochs=1,
+        n_batches=1,
+        n_classes=N_CLASSES,
+        domain=None,
+        mutability=mutability,
+        mature=mature,
+        saved_plan=None,
+    )
 
 
 def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
@@ -287,22 +315,9 @@ def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
     torch.manual_seed(0)
     model = mlp(N_FEATURES, (16,), N_CLASSES)
     mutability = ["none", "increase", "decrease"] + ["both"] * (N_FEATURES - 3)
-    constraints = make_constraints(None, mutability, N_FEATURES, device="cpu")
-    rng = torch.Generator().manual_seed(0)
-    cf = epoch_counterfactuals(
-        model,
-        NativeGenerator(maxiter=8, step_size=2.0, tau=0.5),
-        x,
-        y,
-        40,
-        label_levels(y),
-        NeighbourSampler(y, N_CLASSES),
-        constraints,
-        None,
-        mutability,
-        None,
-        rng,
-    )
+    generator = NativeGenerator(maxiter=8, step_size=2.0, tau=0.5)
+    search = _epoch_search(model, x, y, generator, mutability=mutability)
+    cf = epoch_counterfactuals(model, x, y, search, torch.Generator().manual_seed(0))
     assert 0 < int(cf.valid.sum()) < 40  # both branches are exercised
     mature = cf.counterfactual
     # an invalid CF becomes its neighbour on every mutable feature, keeping the protected ones
@@ -322,12 +337,9 @@ def _epoch_counterfactuals_of(mature: str):
     x, y = toy_data()
     torch.manual_seed(0)
     model = mlp(N_FEATURES, (16,), N_CLASSES)
-    constraints = make_constraints(None, None, N_FEATURES, device="cpu")
     generator = NativeGenerator(maxiter=8, step_size=2.0, tau=0.5)
-    args = (x, y, 40, label_levels(y), NeighbourSampler(y, N_CLASSES), constraints, None, None)
-    cf = epoch_counterfactuals(
-        model, generator, *args, None, torch.Generator().manual_seed(0), mature=mature
-    )
+    search = _epoch_search(model, x, y, generator, mature=mature)
+    cf = epoch_counterfactuals(model, x, y, search, torch.Generator().manual_seed(0))
     found = generator.generate(model, x[cf.factual_index], cf.target)
     return cf, found
 
@@ -379,7 +391,7 @@ def test_neighbour_sampler_draws_from_the_target_class():
 
 
 def test_chunks_cover_all_counterfactuals_once():
-    chunks = _chunk_bounds(10, 3)
+    chunks = chunk_bounds(10, 3)
     assert [(c.start, c.stop) for c in chunks] == [(0, 4), (4, 7), (7, 10)]
 
 
@@ -527,7 +539,12 @@ def test_fp16_resume_restores_the_grad_scaler(tmp_path):
         (FullObjective(lambda_reg=0.01), None, {}, "lambdas: [1.0, 0.5, 0.1, 0.25]"),
         (FullObjective(), None, {"nce": 60}, "nce: 30 in the checkpoint, 60 now"),
         (FullObjective(), None, {"burnin": 0.5}, "burnin_epochs: 1 in the checkpoint, 2 now"),
-        (FullObjective(), NativeGenerator(maxiter=10, step_size=0.5, tau=0.9), {}, "'tau': 0.9"),
+        (
+            FullObjective(),
+            NativeGenerator(maxiter=10, step_size=0.5, tau=0.9),
+            {},
+            "'tau': 0.75 in the checkpoint, 0.9 now",
+        ),
         (FullObjective(), None, {"amp": "bf16"}, "amp: None in the checkpoint, 'bf16' now"),
     ],
     ids=["objective", "lambdas", "nce", "burnin", "generator", "amp"],
@@ -538,6 +555,106 @@ def test_resume_refuses_another_run(tmp_path, objective, generator, kwargs, name
     with pytest.raises(ValueError, match="belongs to another run") as info:
         toy_run(objective, generator, nepochs=4, checkpoint_dir=tmp_path, **kwargs)
     assert named in str(info.value)
+
+
+def _resume_differently(tmp_path, **kwargs):
+    """Interrupt a run after two epochs, then resume it with ``kwargs`` changed."""
+    _interrupted_run(tmp_path)
+    kwargs = {"nce": 30, "burnin": 0.25, **kwargs}
+    with pytest.raises(ValueError, match="belongs to another run") as info:
+        toy_run(FullObjective(), nepochs=4, checkpoint_dir=tmp_path, **kwargs)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs,named",
+    [
+        ({"domain": (-2.0, 2.0)}, "domain: not the same"),
+        ({"mutability": ["none"] * N_FEATURES}, "mutability: None in the checkpoint, ['none'"),
+        ({"accumulate": 2}, "accumulate: 1 in the checkpoint, 2 now"),
+        ({"fuse_cf_forwards": True}, "fuse_cf_forwards: False in the checkpoint, True now"),
+    ],
+    ids=["domain", "mutability", "accumulate", "fuse"],
+)
+def test_resume_refuses_other_constraints_and_update_rules(tmp_path, kwargs, named):
+    message = _resume_differently(tmp_path, **kwargs)
+    assert named in message and "another checkpoint_dir" in message and "--force" in message
+    # Only the field that changed is named.
+    others = {"domain", "mutability", "accumulate", "fuse_cf_forwards", "data"} - {*kwargs}
+    assert not any(f"{name}:" in message for name in others)
+
+
+def test_resume_refuses_other_training_data(tmp_path):
+    _interrupted_run(tmp_path)
+    x, y = toy_data()
+    for other in (x * 100, x[:60]):  # other values, or fewer rows
+        torch.manual_seed(0)
+        model = mlp(N_FEATURES, (16,), N_CLASSES)
+        with pytest.raises(ValueError, match="belongs to another run: data: not the same"):
+            counterfactual_training(
+                FullObjective(),
+                model,
+                NativeGenerator(maxiter=10, step_size=0.5),
+                DeviceLoader(other, y[: len(other)], batch_size=30),
+                torch.optim.Adam(model.parameters(), 1e-2),
+                device="cpu",
+                nepochs=4,
+                domain=(-3.0, 3.0),
+                burnin=0.25,
+                nce=30,
+                verbose=0,
+                checkpoint_dir=tmp_path,
+            )
+
+
+def test_the_same_run_resumes_where_it_stopped(tmp_path):
+    _interrupted_run(tmp_path)
+    trained = []
+    _, log = toy_run(
+        FullObjective(),
+        nepochs=4,
+        burnin=0.25,
+        nce=30,
+        checkpoint_dir=tmp_path,
+        callback=lambda record: trained.append(record.epoch),
+    )
+    assert trained == [3, 4] and [r.epoch for r in log] == [1, 2, 3, 4]
+
+
+class HalfwayToTheTarget(Generator):
+    """A generator of one's own: each counterfactual is the factual moved halfway towards the
+    mean of its target class's training samples, in one step; valid when the model agrees."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.means = torch.stack([x[y == c].mean(0) for c in range(int(y.max()) + 1)])
+
+    def generate(self, model, x, target, *, domain=None, mutability=None):
+        cf = x + 0.5 * (self.means[target] - x)
+        valid = predict(model, cf) == target
+        return CounterfactualResult(cf, x.clone(), valid, torch.ones(len(x), dtype=torch.long))
+
+
+def test_a_hand_written_generator_trains():
+    x, y = toy_data()
+    generator = HalfwayToTheTarget(x, y)
+    model, log = toy_run(FullObjective(), generator, nepochs=3, nce=30)
+    assert log.meta["generator"] == {"generator": f"{__name__}.HalfwayToTheTarget"}
+    assert "search_compile" not in log.meta  # nothing to plan
+    assert all(r.avg_iter == 1.0 and r.implaus is not None for r in log)
+    assert 0 < log[-1].percent_valid <= 1
+    # The run trained on its counterfactuals: without them the weights end elsewhere.
+    plain, _ = toy_run(VanillaObjective(), nepochs=3)
+    assert any(
+        not torch.equal(a, b) for a, b in zip(model.parameters(), plain.parameters(), strict=True)
+    )
+
+
+def test_a_generator_without_generate_is_named():
+    class Nothing:
+        pass
+
+    with pytest.raises(TypeError, match="has no generate, settings, plan"):
+        toy_run(FullObjective(), Nothing(), nepochs=1)
 
 
 def test_corrupt_checkpoint_is_named(tmp_path):

@@ -4,7 +4,7 @@ a verdict must follow from the statistic that answers its question."""
 from __future__ import annotations
 
 from cfbook.book.figures.seeds import seeds_figure, seeds_markdown, seeds_summary
-from cfbook.evaluation.report import (
+from cfbook.book.report import (
     Comparison,
     clear_difference,
     paired_comparison,
@@ -12,7 +12,7 @@ from cfbook.evaluation.report import (
     paired_text,
     robustness_text,
 )
-from cfbook.log import EpochRecord, TrainingLog
+from cfbook.training.log import EpochRecord, TrainingLog
 
 
 def _log(seed, acc, implaus=None, implaus_valid=None, valid=None, burnin=1, mature="neighbour"):

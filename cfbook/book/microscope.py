@@ -11,9 +11,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from cfbook.book.evaluation import encode_images
 from cfbook.evaluation.metrics import predict
-from cfbook.evaluation.protocol import encode_images
-from cfbook.search.generators import SearchParameters
+from cfbook.search.generators import NativeGenerator
 from cfbook.search.path import record_search
 
 __all__ = ["MICROSCOPE_FORMAT", "look_closely"]
@@ -25,7 +25,7 @@ def look_closely(
     models: dict[str, nn.Module],
     x: Tensor,
     y: Tensor,
-    generator: SearchParameters,
+    generator: NativeGenerator,
     *,
     factual: int = 4,
     target: int = 9,

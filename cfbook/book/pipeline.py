@@ -1,29 +1,28 @@
-"""Build the whole book: both trainings in fresh kernels, every chapter in plot mode, the website.
-
-    python -m cfbook.pipeline --profile cpu          # train (or reuse logs), execute chapters, site
-    python -m cfbook.pipeline --profile cpu --force  # retrain even if the logs exist
-    python -m cfbook.pipeline --stages-only          # only the two training stages
+"""Build the whole book: both trainings in fresh kernels, the evaluation step, every chapter in
+plot mode, the website. Its command line is ``python -m cfbook.commands.pipeline``.
 
 Each training stage is the training chapter run by papermill with the parameter CT_MODE=full or
-CT_MODE=vanilla; papermill starts a new kernel per notebook, so the second training never shares a
-process (or an accelerator memory pool) with the first. A stage's progress lines stream to the
-terminal, and it saves a checkpoint every epoch, so running the same command again after an
-interruption resumes the stage. Logs already present for the profile are reused, like Quarto's
-freeze, unless ``--force``, which also discards the checkpoints. The chapters then run in plot
-mode, which they read from $CT_MODE and $CFBOOK_PROFILE, so the executed chapters stay free of
-injected cells. The site is built with Quarto when it is on PATH, else with nbconvert.
+CT_MODE=vanilla, without its demonstration cells (tagged ``demo``: the small trainings that show
+the API, which only the plot-mode chapter runs); papermill starts a new kernel per notebook, so
+the second training never shares a process (or an accelerator memory pool) with the first. A
+stage's progress lines stream to the terminal, and it saves a checkpoint every epoch, so running
+the same command again after an interruption resumes the stage. Logs already present for the
+profile are reused, like Quarto's freeze, unless ``--force``, which also discards the
+checkpoints. The evaluation step then evaluates both stages' weights (each stage's evaluation,
+the paired evaluation, the microscope); its files are reused when they were made from the same
+configuration and no stage was trained again. The chapters then run in plot mode, which they
+read from $CT_MODE and $CFBOOK_PROFILE, so the executed chapters stay free of injected cells.
+The site is built with Quarto when it is on PATH, else with nbconvert.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
+import json
 import os
 import shutil
-import subprocess
 import sys
+import tempfile
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,32 +32,37 @@ import nbformat
 import papermill
 
 from cfbook.atomic import atomic_write_text
-from cfbook.book.profiles import PROFILES, Profile, resolve_parameters
+from cfbook.book.profiles import Profile
 from cfbook.book.site.build import build_site
 from cfbook.book.stages import (
     TRAINING_MODES,
-    load_evaluation,
+    evaluation_outputs,
+    missing_weights,
     profile_dir,
+    run_evaluation_step,
     stage_checkpoint_dir,
     stage_outputs,
 )
 from cfbook.book.toc import CONFIG_FILE, read_book
 from cfbook.data import find_data_dir
-from cfbook.distributed import THREADS_ENV
-from cfbook.log import load_log
+from cfbook.device import detect_device
 from cfbook.progress import format_duration
+from cfbook.training.distributed import THREADS_ENV
+from cfbook.training.log import load_log
 
 __all__ = [
+    "DEMO_TAG",
     "TRAINING_CHAPTER",
     "StageFailed",
     "find_project_dir",
     "kernel_name",
-    "main",
     "run_pipeline",
     "stage_notebook_path",
+    "without_demo_cells",
 ]
 
 TRAINING_CHAPTER = "training.ipynb"
+DEMO_TAG = "demo"  # cells of the training chapter that a training stage does not run
 KERNEL_NAME = "cfbook"
 INDENT = " " * 7  # stage output lines up under the "[k/n] stage" line
 
@@ -228,24 +232,28 @@ def _strip_run_metadata(path: Path, keep: tuple[str, ...] = ()) -> None:
     atomic_write_text(path, nbformat.writes(nb))
 
 
-def _reuse_reason(paths: list[Path], profile: Profile) -> str | None:
-    """Why a stage's existing outputs (run logs, then its evaluation) can stand in for training
-    it again, or None to retrain."""
-    if not all(path.is_file() for path in paths):
+def _reuse_reason(logs: list[Path], profile: Profile) -> str | None:
+    """Why a stage's existing run logs can stand in for training it again, or None to retrain."""
+    if not all(path.is_file() for path in logs):
         return None
-    *logs, evaluation = paths
     try:
         configs = [load_log(path).meta.get("config") for path in logs]
-        configs.append(load_evaluation(evaluation)["meta"].get("config"))
     except ValueError as err:
-        print(f"       {err}; training again")
+        print(f"{INDENT}{err}; training again")
         return None
     if any(config != profile.config() for config in configs):
-        print(
-            f"       {logs[0]} was made with another {profile.name!r} configuration; training again"
-        )
+        print(f"{INDENT}{logs[0]} was made with another {profile.name!r} configuration; retraining")
         return None
-    return f"reusing {logs[0]} and its evaluation; pass --force to retrain"
+    return f"reusing {logs[0]}; pass --force to retrain"
+
+
+def without_demo_cells(notebook: Path, folder: Path) -> Path:
+    """A copy of ``notebook`` in ``folder`` without the cells tagged ``DEMO_TAG``."""
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells = [c for c in nb.cells if DEMO_TAG not in c.metadata.get("tags", [])]
+    copy = folder / notebook.name
+    nbformat.write(nb, copy)
+    return copy
 
 
 def _train(
@@ -258,13 +266,14 @@ def _train(
     force: bool,
     kernel: str,
     verbose: bool,
-) -> None:
-    """One training stage: reuse its log, or train in a fresh kernel, resuming a checkpoint."""
+) -> bool:
+    """One training stage: reuse its logs, or train in a fresh kernel, resuming a checkpoint;
+    True if it trained."""
     outputs = stage_outputs(data_dir, profile, mode)
     reason = None if force else _reuse_reason(outputs, profile)
     if reason is not None:
         print(f"{INDENT}{reason}", flush=True)
-        return
+        return False
     checkpoints = [
         stage_checkpoint_dir(data_dir, profile.name, mode, run)
         for run in range(1, profile.runs + 1)
@@ -273,25 +282,68 @@ def _train(
         for folder in checkpoints:
             shutil.rmtree(folder, ignore_errors=True)
     notebook = stage_notebook_path(data_dir, profile.name, mode)
-    seconds = _execute(
-        stage,
-        source,
-        notebook,
-        {"CT_MODE": mode, "profile": profile.name},
-        cwd=source.parent,
-        kernel=kernel,
-        verbose=verbose,
-        stream=True,
-        keep_metadata=("parameters", "exception", "duration"),
-    )
+    with tempfile.TemporaryDirectory(prefix="cfbook-stage-") as scratch:
+        seconds = _execute(
+            stage,
+            without_demo_cells(source, Path(scratch)),
+            notebook,
+            {"CT_MODE": mode, "profile": profile.name},
+            cwd=source.parent,  # the chapter's folder, as in plot mode
+            kernel=kernel,
+            verbose=verbose,
+            stream=True,
+            keep_metadata=("parameters", "exception", "duration"),
+        )
     missing = [p for p in outputs if not p.is_file()]
     if missing:
         raise StageFailed(stage, notebook, f"the notebook finished but wrote no {missing[0]}")
-    # The logs and the evaluation are the stage's result; checkpoints only served interruptions.
+    # The logs are the stage's result; checkpoints only served interruptions.
     for folder in checkpoints:
         shutil.rmtree(folder, ignore_errors=True)
     print(
         f"{INDENT}done in {format_duration(seconds)} -> {outputs[0].parent} (notebook {notebook})",
+        flush=True,
+    )
+    return True
+
+
+def _stale_evaluations(data_dir: Path, profile: Profile) -> list[Path]:
+    """The evaluation step's files that are missing, unreadable or made from another
+    configuration."""
+    config = profile.evaluation_config()
+    stale = []
+    for path in evaluation_outputs(data_dir, profile):
+        try:
+            current = json.loads(path.read_text(encoding="utf-8"))["meta"]["config"] == config
+        except (OSError, ValueError, KeyError, TypeError):
+            current = False
+        if not current:
+            stale.append(path)
+    return stale
+
+
+def _evaluate(profile: Profile, *, data_dir: Path, force: bool, retrained: bool) -> None:
+    """The evaluation step: reuse its files, or evaluate both stages' weights again. Without
+    the weights (a fresh clone: they are not in git), files made with other evaluation settings
+    are kept, saying so: there is nothing to evaluate them again with."""
+    stale = _stale_evaluations(data_dir, profile)
+    folder = profile_dir(data_dir, profile.name)
+    if not (force or retrained) and not stale:
+        print(f"{INDENT}reusing the evaluations in {folder}", flush=True)
+        return
+    existing = all(p.is_file() for p in evaluation_outputs(data_dir, profile))
+    if not (force or retrained) and existing and missing_weights(data_dir, profile):
+        print(
+            f"{INDENT}keeping {', '.join(p.name for p in stale)} in {folder}: made with other "
+            "evaluation settings, and the trained weights to evaluate again are not here (pass "
+            "--force to train the stages and remake them)",
+            flush=True,
+        )
+        return
+    start = time.perf_counter()
+    written = run_evaluation_step(profile, device=detect_device(verbose=False), data_dir=data_dir)
+    print(
+        f"{INDENT}done in {format_duration(time.perf_counter() - start)} -> {written[0].parent}",
         flush=True,
     )
 
@@ -336,7 +388,7 @@ def run_pipeline(
         f"{profile.nepochs} epochs), data {data_dir}, kernel {kernel}",
         flush=True,
     )
-    n_steps = len(TRAINING_MODES) + (0 if stages_only else len(book.chapters) + int(site))
+    n_steps = len(TRAINING_MODES) + 1 + (0 if stages_only else len(book.chapters) + int(site))
     step = 0
     # Kernels inherit these. Plot-mode chapters get their mode and profile only from here: an
     # injected parameters cell would be committed with them and pin the profile for good.
@@ -344,11 +396,12 @@ def run_pipeline(
     if threads is not None:
         env[THREADS_ENV] = str(threads)
     with _environment(**env):
+        retrained = False
         for mode in TRAINING_MODES:
             step += 1
             stage = f"training, CT_MODE={mode}"
             print(f"[{step}/{n_steps}] {stage}", flush=True)
-            _train(
+            retrained |= _train(
                 stage,
                 mode,
                 profile,
@@ -358,8 +411,14 @@ def run_pipeline(
                 kernel=kernel,
                 verbose=verbose,
             )
+        step += 1
+        print(f"[{step}/{n_steps}] evaluation", flush=True)
+        _evaluate(profile, data_dir=data_dir, force=force, retrained=retrained)
         if stages_only:
-            print(f"Training stages done in {format_duration(time.perf_counter() - t_total)}")
+            print(
+                "Training stages and evaluation done in "
+                f"{format_duration(time.perf_counter() - t_total)}"
+            )
             return None
         for chapter in book.chapters:
             step += 1
@@ -391,82 +450,3 @@ def run_pipeline(
         )
     print(f"Book built in {format_duration(time.perf_counter() - t_total)}")
     return index
-
-
-_SITE_BUILDERS = {"auto": None, "quarto": True, "nbconvert": False}
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m cfbook.pipeline",
-        description="Train both objectives in fresh kernels (or reuse their logs), execute every "
-        "chapter in plot mode, and build the website.",
-    )
-    parser.add_argument(
-        "--profile",
-        choices=sorted(PROFILES),
-        help="training configuration (default: $CFBOOK_PROFILE, else tutorial on a GPU, cpu "
-        "otherwise)",
-    )
-    parser.add_argument("--force", action="store_true", help="retrain even if the logs exist")
-    parser.add_argument("--stages-only", action="store_true", help="run only the two trainings")
-    parser.add_argument("--no-site", action="store_true", help="skip building the website")
-    parser.add_argument("--project-dir", type=Path, help=f"folder holding {CONFIG_FILE}")
-    parser.add_argument("--data-dir", type=Path, help="MNIST/raw and the logs (default: data/)")
-    parser.add_argument(
-        "--build-dir",
-        type=Path,
-        help="where executed chapters go, at their _quarto.yml paths (default: the project "
-        "itself, executed in place)",
-    )
-    parser.add_argument("--site-dir", type=Path, help="website output (default: _site/)")
-    parser.add_argument(
-        "--site-builder",
-        choices=sorted(_SITE_BUILDERS),
-        default="auto",
-        help="auto: Quarto when it is on PATH, else nbconvert",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="stream the notebooks' output")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch CPU threads of the training stages (default: one per core; fewer when other "
-        "work shares the cores)",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the process exit status."""
-    args = _parser().parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        _, profile = resolve_parameters("plot", args.profile)
-        run_pipeline(
-            profile,
-            project_dir=args.project_dir,
-            data_dir=args.data_dir,
-            build_dir=args.build_dir,
-            site_dir=args.site_dir,
-            force=args.force,
-            stages_only=args.stages_only,
-            site=not args.no_site,
-            use_quarto=_SITE_BUILDERS[args.site_builder],
-            verbose=args.verbose,
-            threads=args.threads,
-        )
-    except StageFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        if args.verbose and err.__cause__ is not None:
-            traceback.print_exception(err.__cause__)
-        return 1
-    except (ValueError, OSError, RuntimeError, subprocess.CalledProcessError) as err:
-        # Bad parameters, a missing chapter or device, a kernel or Quarto that will not run.
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

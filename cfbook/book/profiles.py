@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from cfbook.counterfactuals import check_mature
-from cfbook.evaluation.paper_protocol import PaperProtocol
-from cfbook.evaluation.protocol import EvaluationConfig
+from cfbook.book.evaluation import EvaluationConfig, json_config
+from cfbook.evaluation.protocol import PaperProtocol
 from cfbook.models import MODELS
 from cfbook.objectives import DEFAULT_LAMBDAS, FullObjective, Objective, VanillaObjective
 from cfbook.search.generators import PAPER_SEARCH, NativeGenerator
+from cfbook.training.counterfactuals import check_mature
 
 __all__ = [
     "CT_MODES",
@@ -64,8 +64,9 @@ class Profile:
     always comes from ``seed``). ``lambdas`` weigh the full objective's terms; ``generator``,
     ``tau`` and ``step_size`` set the training-time search and ``mature`` what its non-converged
     counterfactuals contribute (``counterfactual_training``). ``evaluation`` is each stage's
-    test-time protocol and ``paired`` the paper's protocol (``paper_evaluate``) that compares
-    both stages' runs seed by seed once both exist.
+    per-model evaluation (accuracy under attack, the gallery) and ``paired`` the paper's
+    protocol (``paper_evaluate``) that compares both stages' runs seed by seed; both run in the
+    pipeline's evaluation step, after the training stages.
     """
 
     name: str
@@ -128,6 +129,7 @@ class Profile:
             maxiter=self.maxiter,
             tau=self.tau,
             step_size=self.step_size,
+            cf_batchsize=self.cf_batchsize,
             **GENERATORS[self.generator],
         )
 
@@ -135,8 +137,18 @@ class Profile:
         return [self.seed + k for k in range(self.runs)]
 
     def config(self) -> dict[str, Any]:
-        """The profile as plain JSON values, as logs record it and compare it."""
-        return json.loads(json.dumps(asdict(self)))
+        """What decides the training stages, as plain JSON values: logs record it, and a stage
+        is trained again when it differs (the evaluation settings are not part of it)."""
+        training = {k: v for k, v in asdict(self).items() if k not in ("evaluation", "paired")}
+        return json.loads(json.dumps(training))
+
+    def evaluation_config(self) -> dict[str, Any]:
+        """What decides the evaluation step: the trainings and both protocols."""
+        return {
+            "training": self.config(),
+            "evaluation": json_config(self.evaluation),
+            "paired": json.loads(json.dumps(asdict(self.paired))),
+        }
 
 
 PROFILES: dict[str, Profile] = {
@@ -179,7 +191,7 @@ PROFILES: dict[str, Profile] = {
         runs=3,
         generator="calibrated",
         step_size=1.0,
-        evaluation=EvaluationConfig(runs=3, attack_samples=500),
+        evaluation=EvaluationConfig(attack_samples=500),
     ),
     # Seconds per training: exercises every code path (burn-in, skipped accuracy, several runs,
     # the evaluation) for tests.
@@ -200,16 +212,7 @@ PROFILES: dict[str, Profile] = {
         generator="calibrated",
         step_size=1.0,
         paired=PaperProtocol(rounds=3, individuals=2, maxiter=10, ip_draws=50, mmd_samples=20),
-        evaluation=EvaluationConfig(
-            n_factuals=10,
-            runs=2,
-            lambda_energy=(1.0, 5.0),
-            maxiter=20,
-            ip_draws=50,
-            epsilons=(0.03,),
-            pgd_steps=2,
-            attack_samples=100,
-        ),
+        evaluation=EvaluationConfig(epsilons=(0.03,), pgd_steps=2, attack_samples=100),
     ),
 }
 

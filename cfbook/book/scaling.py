@@ -1,19 +1,15 @@
-"""Measured runs for the "Scaling up" chapter: one training stage on 1 and on N processes.
+"""Measured runs for the "Scaling up" chapter: one training stage on 1 and on N processes
+(the command: ``python -m cfbook.commands.scaling``).
 
-    python -m cfbook.book.scaling --profile cpu --mode full   # 1 process, then 2 (gloo)
-    python -m cfbook.book.scaling --profile tutorial --mode full --processes 1 2 --device cuda
-
-Each run is ``python -m cfbook.train`` (under torchrun for several processes) on a scratch copy of
-the data folder, so the profile's own logs stay as they are. Its log, with the command, the number
-of processes and the command's wall time added, lands in
+Each run is ``python -m cfbook.commands.train_profile`` (under torchrun for several processes)
+on a scratch copy of the data folder, so the profile's own logs stay as they are. Its log, with
+the command, the number of processes and the command's wall time added, lands in
 ``data/scaling/<profile>-<mode>-<N>proc.json``. The chapter only reads these files.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -27,23 +23,19 @@ import plotly.graph_objects as go
 from cfbook.book.profiles import PROFILES
 from cfbook.book.stages import TRAINING_MODES, log_path
 from cfbook.data import display_path, find_data_dir
-from cfbook.log import TrainingLog, load_log, save_log
+from cfbook.training.log import TrainingLog, load_log, save_log
 
 __all__ = [
     "SCALING_DIR",
-    "benchmark_summary",
-    "benchmark_table",
     "device_comparison_markdown",
     "launcher",
     "load_scaling_runs",
-    "main",
     "measure",
     "run_path",
     "scaling_figure",
     "scaling_markdown",
     "scaling_profiles",
     "slurm_dry_run",
-    "stored_benchmark",
 ]
 
 SCALING_DIR = "scaling"
@@ -89,7 +81,7 @@ def measure(
 ) -> Path:
     """Run the stage on ``processes`` processes and keep its log; returns where it went."""
     data_dir = Path(data_dir) if data_dir is not None else find_data_dir()
-    args = ["cfbook.train", "--profile", profile, "--mode", mode]
+    args = ["cfbook.commands.train_profile", "--profile", profile, "--mode", mode]
     if device is not None:
         args += ["--device", device]
     if profile_epoch is not None:
@@ -148,7 +140,8 @@ def scaling_markdown(runs: dict[int, TrainingLog]) -> str:
     """One row per process count: threads, epoch and wall times, final figures, speed-up."""
     if not runs:
         return (
-            "No scaling runs stored: run `python -m cfbook.book.scaling --profile cpu --mode full`."
+            "No scaling runs stored: run "
+            "`python -m cfbook.commands.scaling --profile cpu --mode full`."
         )
     base = sum(r.time_taken for r in next(iter(runs.values())))
     lines = [
@@ -218,54 +211,6 @@ def slurm_dry_run(nodes: int, gpus_per_node: int, *args: str) -> str:
     return result.stdout.strip()
 
 
-def stored_benchmark(name: str, kind: str = "cpu") -> str | None:
-    """Block ``name`` of ``benchmarks/RESULTS.md`` for a device kind (cpu, cuda), if measured."""
-    results = REPO / "benchmarks" / "RESULTS.md"
-    if not results.is_file():
-        return None
-    key = re.escape(f"{kind}/{name}")
-    found = re.search(
-        rf"<!-- begin {key} -->\n(.*?)<!-- end {key} -->", results.read_text(), re.DOTALL
-    )
-    return found.group(1).strip() if found else None
-
-
-def benchmark_table(name: str, kind: str = "cpu") -> list[dict[str, str]] | None:
-    """The first table of a recorded benchmark, one dict per row keyed by its header; None if
-    the benchmark was never recorded."""
-    block = stored_benchmark(name, kind)
-    if block is None:
-        return None
-    lines = [line for line in block.splitlines() if line.startswith("|")]
-    table = []
-    for line in lines:
-        if set(line) <= set("|-: "):
-            continue
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if table and len(cells) != len(table[0]):
-            break  # the next table (its targets) begins
-        table.append(cells)
-    header, *rows = table
-    return [dict(zip(header, row, strict=True)) for row in rows]
-
-
-def benchmark_summary(name: str, kind: str = "cpu") -> str | None:
-    """A recorded benchmark for a chapter: its targets table, then the whole block folded away
-    in a ``<details>`` element, headings turned into bold lines so that they stay out of the
-    page's table of contents. None if it was never recorded."""
-    block = stored_benchmark(name, kind)
-    if block is None:
-        return None
-    plain = "\n".join(
-        f"**{line.lstrip('#').strip()}**" if line.startswith("#") else line
-        for line in block.splitlines()
-    )
-    targets = plain[plain.index("**Targets**") :] if "**Targets**" in plain else ""
-    return (
-        f"{targets}\n\n<details><summary>All of benchmark {name}</summary>\n\n{plain}\n\n</details>"
-    )
-
-
 def device_comparison_markdown(
     data_dir: str | Path | None = None, profiles: tuple[str, ...] = ("cpu", "tutorial")
 ) -> str:
@@ -301,32 +246,3 @@ def device_comparison_markdown(
             "`bash scripts/gpu-check.sh` on a GPU machine trains the `tutorial` profile."
         )
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m cfbook.book.scaling",
-        description="Train one stage on 1 and on N processes and keep the logs for the "
-        "Scaling up chapter. Measure on an otherwise idle machine.",
-    )
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu")
-    parser.add_argument("--mode", choices=TRAINING_MODES, default="full")
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--device", help="cpu or cuda (default: detected)")
-    parser.add_argument("--profile-epoch", type=int, help="profile this epoch of every run")
-    parser.add_argument("--data-dir", type=Path, help="MNIST/raw; logs go to <it>/scaling")
-    args = parser.parse_args(argv)
-    for processes in args.processes:
-        measure(
-            args.profile,
-            args.mode,
-            processes,
-            data_dir=args.data_dir,
-            device=args.device,
-            profile_epoch=args.profile_epoch,
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,11 @@
-"""The two training stages and the plot stage's loaders: everything the chapters call.
+"""The two training stages, the evaluation step after them, and the plot stage's loaders:
+everything the chapters call.
 
 Each training runs in its own process (one CT_MODE per kernel) and leaves behind, per run, a JSON
-log and the model's weights, then one evaluation file for all its runs; a second heavy training
-never inherits the first one's fragmented accelerator memory.
+log and the model's weights; a second heavy training never inherits the first one's fragmented
+accelerator memory. The evaluation step then reads both stages' weights and writes each stage's
+per-model evaluation, the paired evaluation (the paper's protocol, seed by seed) and the search
+under the microscope.
 """
 
 from __future__ import annotations
@@ -14,21 +17,21 @@ from typing import Any
 
 import torch
 
-from cfbook import distributed
 from cfbook.atomic import atomic_torch_save, atomic_write_text
+from cfbook.book.evaluation import EVALUATION_FORMAT, EVALUATION_VERSION, evaluate
 from cfbook.book.microscope import MICROSCOPE_FORMAT, look_closely
 from cfbook.book.profiles import Profile, check_mode
-from cfbook.checkpoint import prepare_checkpoint_dir
 from cfbook.data import DeviceLoader, MNISTData, display_path, find_data_dir, load_mnist
 from cfbook.device import describe_device, free_cached_memory
-from cfbook.evaluation.paper_protocol import paper_evaluate
-from cfbook.evaluation.protocol import EVALUATION_FORMAT, evaluate
-from cfbook.log import TrainingLog, load_log, save_log
+from cfbook.evaluation.protocol import paper_evaluate
 from cfbook.models import build_model
-from cfbook.training import counterfactual_training
+from cfbook.training import counterfactual_training, distributed
+from cfbook.training.checkpoint import prepare_checkpoint_dir
+from cfbook.training.log import TrainingLog, load_log, save_log
 
 __all__ = [
     "TRAINING_MODES",
+    "evaluation_outputs",
     "evaluation_path",
     "load_comparison_runs",
     "load_evaluation",
@@ -36,8 +39,9 @@ __all__ = [
     "load_microscope",
     "load_paired_evaluation",
     "microscope_path",
+    "missing_weights",
     "paired_evaluation_path",
-    "run_paired_evaluation",
+    "run_evaluation_step",
     "log_path",
     "profile_data",
     "profile_dir",
@@ -87,9 +91,18 @@ def paired_evaluation_path(data_dir: str | Path | None, profile_name: str) -> Pa
 
 
 def stage_outputs(data_dir: str | Path | None, profile: Profile, mode: str) -> list[Path]:
-    """Every file a finished stage leaves in git: its runs' logs and its evaluation."""
-    logs = [log_path(data_dir, profile.name, mode, run) for run in range(1, profile.runs + 1)]
-    return [*logs, evaluation_path(data_dir, profile.name, mode)]
+    """Every file a finished training stage leaves in git: its runs' logs."""
+    return [log_path(data_dir, profile.name, mode, run) for run in range(1, profile.runs + 1)]
+
+
+def evaluation_outputs(data_dir: str | Path | None, profile: Profile) -> list[Path]:
+    """Every file the evaluation step leaves in git: each stage's evaluation, the paired
+    evaluation and the search under the microscope."""
+    return [
+        *(evaluation_path(data_dir, profile.name, mode) for mode in TRAINING_MODES),
+        paired_evaluation_path(data_dir, profile.name),
+        microscope_path(data_dir, profile.name),
+    ]
 
 
 def stage_checkpoint_dir(
@@ -144,7 +157,6 @@ def _train_run(
         domain=data.domain,
         burnin=profile.burnin,
         nce=profile.nce,
-        cf_batchsize=profile.cf_batchsize,
         accuracy_every=profile.accuracy_every,
         val_loader=data.val_loader(),
         checkpoint_dir=checkpoint_dir,
@@ -179,13 +191,12 @@ def run_training_stage(
     data_dir: str | Path | None = None,
     **training: Any,
 ) -> TrainingLog | None:
-    """Train the objective selected by ``mode`` once per run of the profile, save each run's log
-    and weights, then evaluate all runs (the paper's test-time protocol) into one file. Any other
-    mode trains nothing. Returns the first run's log.
+    """Train the objective selected by ``mode`` once per run of the profile and save each run's
+    log and weights; any other mode trains nothing. Returns the first run's log.
 
     ``training`` goes on to ``counterfactual_training`` (e.g. ``accumulate``, ``profile_epoch``).
     Torch's CPU threads follow $CFBOOK_THREADS, else this process's share of the cores. Under DDP
-    every process trains and only rank 0 saves and evaluates.
+    every process trains and only rank 0 saves.
     """
     if check_mode(mode) not in TRAINING_MODES:
         print(f"CT_MODE={mode}: skipping the training stages (profile {profile.name}).")
@@ -194,42 +205,23 @@ def run_training_stage(
     device = torch.device(device)
     root = Path(data_dir) if data_dir is not None else find_data_dir()
     data, _ = profile_data(profile, device=device, data_dir=root)
-    trained = [
-        _train_run(mode, profile, data, run, device, root, training)
-        for run in range(1, profile.runs + 1)
-    ]
-    log = trained[0][1]
-    if not distributed.is_main():
-        return log
-    models = [model for model, _ in trained]
-    result = evaluate(
-        models,
-        data.x_val,
-        data.y_val,
-        data.x,
-        data.y,
-        config=profile.evaluation,
-        domain=(-1.0, 1.0),
-        cf_batchsize=profile.cf_batchsize,
-    )
-    result["meta"] = {
-        "profile": profile.name,
-        "mode": mode,
-        "objective": profile.objective(mode).name,
-        "config": profile.config(),
-        "seeds": profile.run_seeds(),
-        "data_source": data.source,
-        "device_name": describe_device(device),
-    }
-    path = evaluation_path(root, profile.name, mode)
-    atomic_write_text(path, json.dumps(result, indent=1))
-    print(f"Saved the {mode} evaluation to {display_path(path, root)}")
-    # Hand the accelerator's cached blocks back before the kernel moves on or exits.
-    del trained, models
-    run_paired_evaluation(profile, device=device, data_dir=root, data=data)
+    log = None
+    for run in range(1, profile.runs + 1):
+        _, trained = _train_run(mode, profile, data, run, device, root, training)
+        log = log or trained
     del data
-    free_cached_memory(device)
+    free_cached_memory(device)  # hand the accelerator's cached blocks back before the exit
     return log
+
+
+def missing_weights(data_dir: str | Path | None, profile: Profile) -> list[Path]:
+    """The trained weights of both stages' runs that are not there (git keeps only the logs)."""
+    return [
+        weights_path(data_dir, profile.name, mode, run)
+        for mode in TRAINING_MODES
+        for run in range(1, profile.runs + 1)
+        if not weights_path(data_dir, profile.name, mode, run).is_file()
+    ]
 
 
 def _trained_runs(root: Path, profile: Profile, mode: str) -> bool:
@@ -246,62 +238,88 @@ def _trained_runs(root: Path, profile: Profile, mode: str) -> bool:
     return True
 
 
-def run_paired_evaluation(
-    profile: Profile,
-    *,
-    device: str | torch.device,
-    data_dir: str | Path | None = None,
-    data: MNISTData | None = None,
-) -> Path | None:
-    """The paper's protocol on both objectives, seed by seed (CT run k against baseline run k),
-    on the held-out digits, once both stages have trained this profile; the second stage to
-    finish runs it, and saves run 1's search under the microscope beside it. Returns the file
-    written, or None (and says why) if a stage is missing."""
+def _load_run(root: Path, profile: Profile, mode: str, run: int, device: torch.device):
+    """The trained model of run ``run`` of stage ``mode``, in eval mode."""
+    model = build_model(profile.model).to(device)
+    path = weights_path(root, profile.name, mode, run)
+    model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+    return model.eval()
+
+
+def run_evaluation_step(
+    profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
+) -> list[Path]:
+    """Evaluate both stages' trained runs of ``profile``: each stage's per-model evaluation
+    (accuracy under attack, the gallery), the paper's protocol on both objectives seed by seed
+    (CT run k against baseline run k) and run 1's search under the microscope. Returns the files
+    written; an error says which stage to train first."""
     root = Path(data_dir) if data_dir is not None else find_data_dir()
     missing = [m for m in TRAINING_MODES if not _trained_runs(root, profile, m)]
     if missing:
-        print(f"Paired evaluation waits for the {' and '.join(missing)} stage of this profile.")
-        return None
+        raise FileNotFoundError(
+            f"the evaluation of profile {profile.name!r} needs the weights and logs of the "
+            f"{' and '.join(missing)} stage(s) in {root / profile.name}: train them first "
+            f"(python -m cfbook.commands.pipeline --profile {profile.name} --stages-only)"
+        )
     device = torch.device(device)
-    if data is None:
-        data, _ = profile_data(profile, device=device, data_dir=root)
+    data, _ = profile_data(profile, device=device, data_dir=root)
     seeds = profile.run_seeds()
+    models = {
+        mode: [_load_run(root, profile, mode, run, device) for run in range(1, profile.runs + 1)]
+        for mode in TRAINING_MODES
+    }
+    config = profile.evaluation_config()
+    written = []
+    for mode in TRAINING_MODES:
+        result = evaluate(
+            models[mode],
+            data.x_val,
+            data.y_val,
+            config=profile.evaluation,
+            protocol=profile.paired,
+            domain=(-1.0, 1.0),
+        )
+        result["meta"] = {
+            "profile": profile.name,
+            "mode": mode,
+            "objective": profile.objective(mode).name,
+            "config": config,
+            "seeds": seeds,
+            "data_source": data.source,
+            "device_name": describe_device(device),
+        }
+        written.append(_write(evaluation_path(root, profile.name, mode), result, root))
+    first = {mode: models[mode][0] for mode in TRAINING_MODES}
+    microscope = look_closely(first, data.x_val, data.y_val, profile.search())
+    microscope["meta"] |= {"profile": profile.name, "config": config, "seed": seeds[0]}
+    written.append(_write(microscope_path(root, profile.name), microscope, root, indent=None))
     evaluations = []
     for run, seed in enumerate(seeds, start=1):
-        models = {}
-        for mode in TRAINING_MODES:
-            model = build_model(profile.model).to(device)
-            state = torch.load(
-                weights_path(root, profile.name, mode, run), map_location=device, weights_only=True
-            )
-            model.load_state_dict(state)
-            models[mode] = model.eval()
-        if run == 1:
-            microscope = look_closely(models, data.x_val, data.y_val, profile.search())
-            microscope["meta"] |= {
-                "profile": profile.name,
-                "config": profile.config(),
-                "seed": seed,
-            }
-            atomic_write_text(microscope_path(root, profile.name), json.dumps(microscope))
+        pair = {mode: models[mode][run - 1] for mode in TRAINING_MODES}
         protocol = replace(profile.paired, seed=seed)
         evaluations.append(
-            paper_evaluate(models, data.x_val, data.y_val, protocol, domain=(-1.0, 1.0))
+            paper_evaluate(pair, data.x_val, data.y_val, protocol, domain=(-1.0, 1.0))
         )
         print(f"Paired evaluation of run {run}/{len(seeds)} done", flush=True)
-    result = {
+    paired = {
         "format": "cfbook-paired-evaluation",
-        "meta": {"profile": profile.name, "config": profile.config(), "seeds": seeds},
+        "meta": {"profile": profile.name, "config": config, "seeds": seeds},
         "runs": evaluations,
     }
-    path = paired_evaluation_path(root, profile.name)
-    atomic_write_text(path, json.dumps(result, indent=1))
-    print(f"Saved the paired evaluation to {display_path(path, root)}")
+    written.append(_write(paired_evaluation_path(root, profile.name), paired, root))
+    del models, data
+    free_cached_memory(device)
+    return written
+
+
+def _write(path: Path, result: dict[str, Any], root: Path, indent: int | None = 1) -> Path:
+    atomic_write_text(path, json.dumps(result, indent=indent))
+    print(f"Saved {display_path(path, root)}", flush=True)
     return path
 
 
 def microscope_path(data_dir: str | Path | None, profile_name: str) -> Path:
-    """Where the paired evaluation saves its search under the microscope (run 1's models)."""
+    """Where the evaluation step saves its search under the microscope (run 1's models)."""
     return profile_dir(data_dir, profile_name) / "microscope.json"
 
 
@@ -341,7 +359,12 @@ def load_evaluation(path: str | Path) -> dict[str, Any]:
         result = json.loads(path.read_text(encoding="utf-8"))
         if result.get("format") != EVALUATION_FORMAT:
             raise ValueError("not a cfbook evaluation file")
-        for key in ("summary", "robustness", "gallery", "meta"):
+        if result.get("version") != EVALUATION_VERSION:
+            raise ValueError(
+                f"evaluation format version {result.get('version')!r}, this cfbook reads "
+                f"version {EVALUATION_VERSION}; run the evaluation step again"
+            )
+        for key in ("robustness", "gallery", "meta"):
             if key not in result:
                 raise ValueError(f"missing {key!r}")
     except (ValueError, AttributeError) as err:
@@ -352,13 +375,13 @@ def load_evaluation(path: str | Path) -> dict[str, Any]:
 def _missing(paths: list[Path], profile_name: str, data_dir: str | Path | None) -> bool:
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        command = f"python -m cfbook.pipeline --profile {profile_name} --stages-only"
+        command = f"python -m cfbook.commands.pipeline --profile {profile_name} --stages-only"
         if data_dir is not None and Path(data_dir).resolve() != find_data_dir().resolve():
             command += f" --data-dir {Path(data_dir)}"
         print(
             "Missing file(s): "
             + ", ".join(display_path(p, p.parents[1]) for p in missing)
-            + f"\nRun both training stages first: {command}"
+            + f"\nRun the training stages and the evaluation step first: {command}"
         )
     return bool(missing)
 

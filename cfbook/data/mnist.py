@@ -43,13 +43,17 @@ _MD5 = {
 
 @dataclass
 class MNISTData:
-    """Flat MNIST on one device: ``x`` is (n, 784) float32 in [-1, 1], ``y`` int64 labels 0-9."""
+    """Flat MNIST on one device: ``x`` is (n, 784) float32 in [-1, 1], ``y`` int64 labels 0-9.
+    ``split`` names the official split the training samples come from (``"train"``, or
+    ``"test"`` when only the test split is present and is split into both parts); the held-out
+    samples always come from the test split. ``source`` says the same for people."""
 
     x: torch.Tensor
     y: torch.Tensor
     x_val: torch.Tensor
     y_val: torch.Tensor
     source: str
+    split: str
     domain: list[tuple[float, float]] = field(default_factory=lambda: [(-1.0, 1.0)] * N_FEATURES)
 
     def loader(
@@ -254,6 +258,7 @@ def load_mnist(
         x_val=to_device(test_images[val_idx]),
         y_val=test_labels[val_idx].to(device),
         source=source,
+        split="train" if train_files is not None else "test",
     )
     if verbose:
         n_train = data.x.shape[0]

@@ -6,6 +6,8 @@ Per round, IG of each sampled test point's true class against one baseline drawn
 across features so that models with different output scales compare: ``|g| / (max g - min g)``
 for the two-dimensional data, ``(g - min g) / (max g - min g)`` (to [0, 1]) for the others. A
 round's sensitivity is the mean standardised attribution of the protected features.
+
+Captum is an optional dependency (``pip install 'cfbook[paper]'``), imported when IG runs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from captum.attr import IntegratedGradients
 from torch import Tensor, nn
 
 from cfbook.search.generators import eval_mode
@@ -36,6 +37,12 @@ def integrated_gradients(
     pass with that many roots, orders of magnitude slower than one. The rows are independent
     (the model is in eval mode), so the gradient of their summed target logits is each row's own
     gradient: Captum is handed that sum, one root, and returns the same attributions."""
+    try:
+        from captum.attr import IntegratedGradients
+    except ImportError as err:
+        raise ImportError(
+            "integrated gradients need Captum: pip install 'cfbook[paper]' (or captum)"
+        ) from err
     steps_target = target.repeat(n_steps)[:, None]  # Captum's expanded batch is step-major
 
     def summed(z: Tensor) -> Tensor:

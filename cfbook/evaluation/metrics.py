@@ -1,4 +1,6 @@
-"""Evaluation metrics: accuracy, and the counterfactual quality measures of the CT paper."""
+"""The measures of the CT paper's evaluation, one implementation each: accuracy, and of a
+counterfactual its validity, cost, implausibility (IP) and IP* (MMD^2). Every evaluation in
+cfbook, the paper's protocol, the book's and the grid's, uses these."""
 
 from __future__ import annotations
 
@@ -6,6 +8,10 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.search.generators import eval_mode
+
+#: A counterfactual is valid when the model gives its target class at least this probability
+#: (CounterfactualExplanations.jl's ``validity``); with two classes that is the argmax.
+VALIDITY_THRESHOLD = 0.5
 
 
 @torch.no_grad()
@@ -26,9 +32,18 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1024) -> 
     return float((predict(model, x, batch_size) == y.to(x.device)).float().mean())
 
 
-def validity(model: nn.Module, counterfactuals: Tensor, target: Tensor) -> float:
-    """Share of counterfactuals the model assigns to their target class (the paper's validity)."""
-    return float((predict(model, counterfactuals) == target).float().mean())
+@torch.no_grad()
+def target_probability(model: nn.Module, x: Tensor, target: Tensor) -> Tensor:
+    """The probability the model (in eval mode) gives each row's target class."""
+    with eval_mode(model):
+        probs = model(x).float().softmax(1)
+    return probs.gather(1, target[:, None]).squeeze(1)
+
+
+def is_valid(model: nn.Module, counterfactuals: Tensor, target: Tensor) -> Tensor:
+    """Per counterfactual, whether the model gives its target class a probability of at least
+    ``VALIDITY_THRESHOLD``: the paper's validity."""
+    return target_probability(model, counterfactuals, target) >= VALIDITY_THRESHOLD
 
 
 def cost(factuals: Tensor, counterfactuals: Tensor) -> Tensor:
@@ -36,29 +51,17 @@ def cost(factuals: Tensor, counterfactuals: Tensor) -> Tensor:
     return (counterfactuals - factuals).abs().sum(1)
 
 
-def implausibility(
-    counterfactuals: Tensor,
-    target: Tensor,
-    x: Tensor,
-    y: Tensor,
-    n_draws: int = 1000,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """IP: per counterfactual, mean L1 distance to up to ``n_draws`` samples of its target class."""
-    out = torch.empty(counterfactuals.shape[0], device=counterfactuals.device)
-    for cls in target.unique().tolist():
-        members = x[y == cls]
-        if members.shape[0] == 0:
-            raise ValueError(f"no samples of target class {cls} to measure implausibility against")
-        where = generator.device if generator is not None else members.device
-        pick = torch.randperm(members.shape[0], generator=generator, device=where)[:n_draws]
-        rows = target == cls
-        out[rows] = torch.cdist(counterfactuals[rows], members[pick.to(x.device)], p=1).mean(1)
-    return out
+def implausibility(counterfactuals: Tensor, reference: Tensor) -> float:
+    """IP: the mean L1 distance between the counterfactuals and samples of their target class
+    (``reference``), over every pair."""
+    if counterfactuals.shape[0] == 0 or reference.shape[0] == 0:
+        raise ValueError("implausibility needs at least one counterfactual and one reference")
+    return float(torch.cdist(counterfactuals, reference, p=1).mean())
 
 
 def mmd2(a: Tensor, b: Tensor, bandwidth: float | None = None) -> float:
-    """IP*: unbiased squared MMD between two samples with a Gaussian kernel (median heuristic)."""
+    """Unbiased squared MMD between two samples with a Gaussian kernel of length scale
+    ``bandwidth`` (None: the median heuristic). It can dip below 0 by chance."""
     if a.shape[0] < 2 or b.shape[0] < 2:
         raise ValueError("mmd2 needs at least two samples on each side")
     both = torch.cat([a, b])
@@ -71,3 +74,9 @@ def mmd2(a: Tensor, b: Tensor, bandwidth: float | None = None) -> float:
     term_a = (kaa.sum() - kaa.diagonal().sum()) / (n * (n - 1))
     term_b = (kbb.sum() - kbb.diagonal().sum()) / (m * (m - 1))
     return float(term_a + term_b - 2 * kab.mean())
+
+
+def ip_star(counterfactuals: Tensor, reference: Tensor, length_scale: float) -> float:
+    """IP*: the unbiased MMD^2 between the counterfactuals and samples of their target class,
+    clamped at 0 as CT.jl clamps it."""
+    return max(mmd2(counterfactuals, reference, bandwidth=length_scale), 0.0)

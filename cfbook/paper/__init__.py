@@ -1,6 +1,7 @@
 """The CT paper's experiments, reproduced: per-data-set settings (``settings``), the resumable
 grid of trainings and evaluations (``grid``), the merge into tables (``merge``), the paper's
-published numbers (``published``) and the command line (``python -m cfbook.paper``).
+published numbers (``published``), the knob study (``knobs``) and the two-dimensional figures'
+data (``two_d``). Its command line is ``python -m cfbook.commands.paper``.
 
-A command layer, like ``cfbook.train``: it may import any part of cfbook but the book.
+May import the library (training, evaluation, search, data); nothing of the book.
 """

@@ -24,15 +24,14 @@ from torch import nn
 
 from cfbook.atomic import atomic_torch_save, atomic_write_text
 from cfbook.data import DeviceLoader
+from cfbook.evaluation.attacks import PAPER_EPSILONS, PAPER_PGD, attack_accuracy
 from cfbook.evaluation.attribution import (
     integrated_gradients,
     protected_sensitivity,
     standardise,
 )
 from cfbook.evaluation.metrics import accuracy
-from cfbook.evaluation.paper_protocol import PaperProtocol, paper_evaluate
-from cfbook.evaluation.protocol import PAPER_EPSILONS, PAPER_PGD, attack_accuracy
-from cfbook.log import EpochRecord
+from cfbook.evaluation.protocol import PaperProtocol, paper_evaluate
 from cfbook.models import mlp
 from cfbook.objectives import (
     AdversarialObjective,
@@ -55,6 +54,7 @@ from cfbook.paper.settings import (
 from cfbook.progress import format_duration
 from cfbook.search.generators import NativeGenerator
 from cfbook.training import counterfactual_training
+from cfbook.training.log import EpochRecord
 
 TRAININGS = ("vanilla", "full", "full_protected")
 IG_SAMPLES = 2500  # test points per IG round (the paper's appendix: 100 rounds of 2,500)
@@ -464,7 +464,7 @@ def run_ig(
             for t, m in models.items()
         }
         result: dict[str, Any] = {"per_round": per_round}
-        if e.kind == "image" and seed == 0:
+        if e.kind == "image":
             result["maps"] = {t: _class_maps(m, data, samples) for t, m in models.items()}
         return result
 
@@ -474,7 +474,7 @@ def run_ig(
 
 def _class_maps(model: nn.Module, data: ExperimentData, samples: int) -> list[list[float]]:
     """Per class, the mean IG map of up to ``samples / 10`` test images of that class, against a
-    seeded U(-1, 1) baseline, standardised to [0, 1] (the chapter's heatmaps)."""
+    seeded U(-1, 1) baseline, standardised to [0, 1]: where an image model looks, per digit."""
     rng = torch.Generator().manual_seed(0)
     baseline = (torch.rand(1, data.x_test.shape[1], generator=rng) * 2 - 1).to(data.x_test.device)
     maps = []

@@ -15,8 +15,8 @@ import torch
 
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.metrics import accuracy
-from cfbook.evaluation.paper_protocol import PaperProtocol, paper_evaluate
-from cfbook.evaluation.protocol import mean_of
+from cfbook.evaluation.protocol import PaperProtocol, paper_evaluate
+from cfbook.evaluation.statistics import mean_of
 from cfbook.paper.grid import Cell, Scale, _model, _reusable, cell_config, run_cell
 from cfbook.paper.settings import (
     EXPERIMENTS,
@@ -95,9 +95,12 @@ def _evaluate(
     return saved
 
 
+KNOB_MEASURES = ("validity", "ip", "accuracy")
+
+
 def run_knobs(out: Path, device: torch.device, data: tuple[str, ...] = KNOB_DATA) -> Path:
     """Train (or reuse) and evaluate every point of the study, and write ``out/knobs.json``:
-    per data set, knob and value, the per-seed validity, IP and accuracy."""
+    per data set and knob, one row per value with the per-seed validity, IP and accuracy."""
     scale = Scale.paper()
     table: dict[str, Any] = {}
     loaded: dict[str, ExperimentData] = {}
@@ -108,9 +111,13 @@ def run_knobs(out: Path, device: torch.device, data: tuple[str, ...] = KNOB_DATA
         print(f"knob {k}/{len(cells)}: {cell.name}", flush=True)
         run_cell(cell, scale, out, device=device, data=loaded[cell.data], report=lambda _: None)
         got = _evaluate(cell, scale, out, loaded[cell.data], device)
-        row = table.setdefault(cell.data, {}).setdefault(knob, {}).setdefault(f"{value:g}", {})
-        for measure in ("validity", "ip", "accuracy"):
-            row.setdefault(measure, []).append(got[measure])
+        points = table.setdefault(cell.data, {}).setdefault(knob, [])
+        row = next((r for r in points if r["value"] == value), None)
+        if row is None:
+            row = {"value": value, **{m: [] for m in KNOB_MEASURES}}
+            points.append(row)
+        for measure in KNOB_MEASURES:
+            row[measure].append(got[measure])
     path = out / "knobs.json"
     atomic_write_text(
         path, json.dumps({"knobs": {k: list(v) for k, v in KNOBS.items()}, "data": table}, indent=1)

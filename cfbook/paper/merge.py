@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from cfbook.atomic import atomic_write_text
-from cfbook.evaluation.bootstrap import compare_rounds
-from cfbook.evaluation.protocol import mean_of
+from cfbook.evaluation.attacks import ATTACKS
+from cfbook.evaluation.statistics import compare_rounds, mean_of
 from cfbook.paper.settings import EXPERIMENTS
 
 # Measure -> (experiment, per-round key): IP and IP* without constraints, as in the paper's main
@@ -40,6 +40,16 @@ def _compare(ct: list, baseline: list) -> dict[str, Any] | None:
         return None
 
 
+def _mean_accuracies(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracies under attack (``attack_accuracy``'s results), averaged over the seeds."""
+    epsilons = runs[0]["epsilons"]
+    return {
+        "clean": mean_of([r["clean"] for r in runs]),
+        "epsilons": epsilons,
+        **{a: [mean_of([r[a][i] for r in runs]) for i in range(len(epsilons))] for a in ATTACKS},
+    }
+
+
 def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
     main = {}
     for name, (experiment, key) in MEASURES.items():
@@ -58,16 +68,10 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
         }
         for experiment in ("unconstrained", "protected")
     }
-    robustness: dict[str, Any] = {}
-    for training in ("vanilla", "full", "full_protected"):
-        runs = [e["robustness"][training] for e in evals]
-        robustness[training] = {
-            "clean": mean_of([r["clean"] for r in runs]),
-            **{
-                attack: {eps: mean_of([r[attack][eps] for r in runs]) for eps in runs[0][attack]}
-                for attack in ("fgsm", "pgd")
-            },
-        }
+    robustness = {
+        training: _mean_accuracies([e["robustness"][training] for e in evals])
+        for training in ("vanilla", "full", "full_protected")
+    }
     return {
         "seeds": [e["config"]["seed"] for e in evals],
         "rounds": sum(len(e["unconstrained"]["per_round"]["full"]["ip"]) for e in evals),
@@ -106,14 +110,7 @@ def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
         out[objective] = row
     out["vanilla"] = {"validity": mean_of(_pooled(evals, "unconstrained", "vanilla", "validity"))}
     for objective in ("energy", "adversarial"):
-        runs = [e["robustness"][objective] for e in evals]
-        out[objective]["robustness"] = {
-            "clean": mean_of([r["clean"] for r in runs]),
-            **{
-                a: {eps: mean_of([r[a][eps] for r in runs]) for eps in runs[0][a]}
-                for a in ("fgsm", "pgd")
-            },
-        }
+        out[objective]["robustness"] = _mean_accuracies([e["robustness"][objective] for e in evals])
     return out
 
 
@@ -179,5 +176,6 @@ def read_result(data_dir: str | Path, name: str) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(
-            f"{path} is not valid JSON ({err}): run `python -m cfbook.paper` to make it again"
+            f"{path} is not valid JSON ({err}): run `python -m cfbook.commands.paper` to make it "
+            "again"
         ) from err

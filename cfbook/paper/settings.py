@@ -136,7 +136,7 @@ def load_experiment_data(key: str, device: torch.device | str = "cpu") -> Experi
     if e.kind == "image":
         # 11,000 images of the training split (training + validation), the whole test split.
         data = load_mnist(e.n_train + 1000, device=device, val_fraction=1.0, verbose=False)
-        if "training split" not in data.source:
+        if data.split != "train":
             raise FileNotFoundError(
                 "the paper's MNIST experiment trains on the 60,000-image training split, which "
                 f"was not found ({data.source}); restore data/MNIST/raw/train-*.gz"

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from cfbook.atomic import atomic_write_text
-from cfbook.evaluation.metrics import predict
+from cfbook.evaluation.metrics import is_valid, predict
 from cfbook.paper.grid import Scale, _trained
 from cfbook.paper.settings import EXPERIMENTS, load_experiment_data
 from cfbook.search.generators import NativeGenerator
@@ -64,8 +64,7 @@ def two_d_data(key: str, out: Path, device: torch.device) -> dict[str, Any]:
         path = search_path(
             SEARCH, model, data.x_test[rows], target, domain=data.domain, mutability=mutability
         )
-        with torch.no_grad():
-            valid = model(path[-1]).softmax(1).gather(1, target[:, None]).squeeze(1) >= 0.5
+        valid = is_valid(model, path[-1], target)
         steps = (path[1:] != path[:-1]).any(2).sum(0)
         paths = [_round(path[: int(s) + 1, i], 2) for i, s in enumerate(steps)]
         length = (path[1:] - path[:-1]).abs().sum(2).sum(0)

@@ -1,15 +1,23 @@
-"""The counterfactual search: the generators (``NativeGenerator`` batched on the device,
-``ReferenceGenerator`` one sample at a time), one search iteration (``step``), its compiled
-form (``compiled``), the domain and mutability constraints, and the drawing of target classes.
+"""The counterfactual search: the ``Generator`` protocol the rest of cfbook depends on and the
+result it returns (``interface``); the generators (``NativeGenerator`` batched on the device,
+``ReferenceGenerator`` one sample at a time); one search iteration (``step``) and its compiled
+form (``compiled``); the domain and mutability constraints; the drawing of target classes; and
+the iterates of a search for pictures (``path``).
 
 May import torch and ``cfbook.amp``; nothing of training, evaluation, data or the book.
 """
 
-from cfbook.search.generators import (
-    PAPER_SEARCH,
-    CounterfactualResult,
-    NativeGenerator,
-    ReferenceGenerator,
-)
+from cfbook.search.constraints import Domain, Mutability, infer_domain
+from cfbook.search.generators import PAPER_SEARCH, NativeGenerator, ReferenceGenerator
+from cfbook.search.interface import CounterfactualResult, Generator
 
-__all__ = ["PAPER_SEARCH", "CounterfactualResult", "NativeGenerator", "ReferenceGenerator"]
+__all__ = [
+    "PAPER_SEARCH",
+    "CounterfactualResult",
+    "Domain",
+    "Generator",
+    "Mutability",
+    "NativeGenerator",
+    "ReferenceGenerator",
+    "infer_domain",
+]

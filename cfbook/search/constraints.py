@@ -2,6 +2,12 @@
 
 Both are validated once and turned into device tensors, so the search loop applies them with a few
 elementwise kernels and no Python per feature.
+
+``domain`` is one ``(low, high)`` pair for every feature, one pair per feature, or an
+``(n_features, 2)`` tensor. ``domain=None`` means the same everywhere in cfbook (``generate``,
+``counterfactual_training``, ``paper_evaluate``, ``attack_accuracy``): no bounds, the search
+may move a feature anywhere. ``infer_domain(x)`` gives the data's own range as CT.jl infers it.
+``mutability`` is one of ``MUTABILITY_VALUES`` per feature; ``None``: every feature is free.
 """
 
 from __future__ import annotations
@@ -75,7 +81,8 @@ def infer_domain(x: Tensor) -> Tensor:
     return torch.stack([lower, upper], dim=1)
 
 
-def _domain_tensor(domain: Domain, n_features: int) -> Tensor:
+def domain_bounds(domain: Domain, n_features: int) -> Tensor:
+    """``domain`` (not None) as an (n_features, 2) float64 tensor of (low, high) rows, checked."""
     if isinstance(domain, Tensor):
         bounds = domain.detach().to("cpu", torch.float64)
     elif (
@@ -134,7 +141,7 @@ def make_constraints(
     """Check ``domain`` and ``mutability`` against ``n_features``; place them on ``device``."""
     lower = upper = None
     if domain is not None:
-        bounds = _domain_tensor(domain, n_features).to(device=device, dtype=dtype)
+        bounds = domain_bounds(domain, n_features).to(device=device, dtype=dtype)
         lower, upper = bounds[:, 0].contiguous(), bounds[:, 1].contiguous()
     masks: dict[str, Tensor] = {}
     if mutability is not None:

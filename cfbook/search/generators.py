@@ -2,7 +2,7 @@
 
 ``NativeGenerator`` searches a whole ``N x D`` batch at once on the model's device;
 ``ReferenceGenerator`` walks one sample at a time and is the oracle the batched search is tested
-against.
+against. Both implement ``cfbook.search.interface.Generator``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +25,7 @@ from cfbook.search.compiled import (
     use_fused,
 )
 from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
+from cfbook.search.interface import CounterfactualResult, Generator
 from cfbook.search.step import (
     ENERGY_RIDGE,
     StepSettings,
@@ -32,30 +34,6 @@ from cfbook.search.step import (
     nascent_points,
     not_converged,
 )
-
-
-@dataclass
-class CounterfactualResult:
-    """Per sample: final point, nascent (adversarial) point, validity, steps taken."""
-
-    counterfactual: Tensor
-    nascent: Tensor
-    valid: Tensor
-    iterations: Tensor
-
-    def __len__(self) -> int:
-        return self.counterfactual.shape[0]
-
-    @staticmethod
-    def cat(parts: list[CounterfactualResult]) -> CounterfactualResult:
-        if len(parts) == 1:
-            return parts[0]
-        return CounterfactualResult(
-            *(torch.cat([getattr(p, name) for p in parts]) for name in _RESULT_FIELDS)
-        )
-
-
-_RESULT_FIELDS = ("counterfactual", "nascent", "valid", "iterations")
 
 
 @contextlib.contextmanager
@@ -83,7 +61,7 @@ PAPER_SEARCH = {"lambda_cost": 0.001, "lambda_energy": 5.0}
 
 
 @dataclass(frozen=True)
-class SearchParameters:
+class SearchParameters(Generator):
     """Settings shared by both generators; defaults are CT.jl's ``NativeGenerator()``
     (``lambda = [0.1, 1.0]``, plain descent with step 0.1). ``PAPER_SEARCH`` holds the paper's."""
 
@@ -122,10 +100,11 @@ def count_classes(model: nn.Module, x: Tensor) -> int:
         return model(x[:1]).shape[1]
 
 
-def _prepare(
+def prepare_search(
     model: nn.Module, x: Tensor, target: Tensor, domain: Domain, mutability: Mutability
 ) -> tuple[Tensor, Tensor, Constraints]:
-    """Check shapes and classes once, outside the search loop; move inputs to the model's device."""
+    """Check shapes and classes once, outside the search loop; move the inputs to the model's
+    device and turn ``domain`` and ``mutability`` into device tensors."""
     if not isinstance(x, Tensor) or x.ndim != 2 or not x.is_floating_point():
         raise ValueError("x must be a floating-point tensor of shape (n_samples, n_features)")
     device = model_device(model) or x.device
@@ -158,7 +137,7 @@ class NativeGenerator(SearchParameters):
     - ``"auto"`` (default): the compiled step (``cfbook.search.compiled``) where it pays, i.e. for
       large searches with a cheap model such as the paper's MLP whose planned work reaches
       ``AUTO_COMPILE_STEPS`` counterfactual-steps: a ``generate()`` call counts its own rows
-      x ``maxiter``, ``counterfactual_training`` its whole run's (see ``settle_compile``), so
+      x ``maxiter``, ``counterfactual_training`` its whole run's (see ``plan``), so
       that only long runs pay for the compile; the eager step otherwise.
     - ``True``: the compiled step whenever the model and inputs allow it (float32 without
       ``amp``, on a CPU or a CUDA GPU, at least two rows).
@@ -191,35 +170,50 @@ class NativeGenerator(SearchParameters):
         *,
         domain: Domain = None,
         mutability: Mutability = None,
-        cf_batchsize: int | None = None,
-        compile: Compile | None = None,
+        record: bool = False,
     ) -> CounterfactualResult:
-        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,). ``compile``
-        overrides the generator's setting for this call (``counterfactual_training`` passes the
-        decision it took for the whole run)."""
-        x, target, constraints = _prepare(model, x, target, domain, mutability)
+        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,).
+
+        ``record=True`` keeps every iterate in ``result.path`` (for pictures of the search): the
+        eager step without compaction, so every row steps ``maxiter`` times (a converged row
+        stays where it stopped) and the results are those of ``compile=False``."""
+        x, target, constraints = prepare_search(model, x, target, domain, mutability)
         check_amp(self.amp, x.device)
-        setting = self.compile if compile is None else check_compile(compile)
-        chunk = cf_batchsize or self.cf_batchsize or max(x.shape[0], 1)
+        chunk = self.cf_batchsize or max(x.shape[0], 1)
         with eval_mode(model):
-            compiled = self._compiles(setting, model, x[:chunk], x.shape[0] * self.maxiter)
+            compiled = not record and self._compiles(
+                self.compile, model, x[:chunk], x.shape[0] * self.maxiter
+            )
             parts = [
-                self._search(model, x[s : s + chunk], target[s : s + chunk], constraints, compiled)
+                self._search(
+                    model, x[s : s + chunk], target[s : s + chunk], constraints, compiled, record
+                )
                 for s in range(0, max(x.shape[0], 1), chunk)
             ]
         return CounterfactualResult.cat(parts)
 
-    def settle_compile(
-        self, model: nn.Module, x: Tensor, planned_steps: int, cf_batchsize: int | None = None
-    ) -> bool:
-        """``compile`` settled once (True or False) for a run of searches with rows like ``x``
-        (split by ``cf_batchsize`` as ``generate`` splits them) that plan ``planned_steps``
-        counterfactual-steps in all: ``counterfactual_training`` calls it before its first
-        epoch and passes the answer to every search, so that they all take the same path,
-        whatever ran before in the process and wherever the run was resumed."""
-        chunk = x[: cf_batchsize or self.cf_batchsize or max(x.shape[0], 1)]
+    def plan(
+        self,
+        model: nn.Module,
+        rows: Tensor,
+        planned_rows: int,
+        saved: dict[str, Any] | None = None,
+    ) -> tuple[NativeGenerator, dict[str, Any]]:
+        """``compile`` settled once (True or False) for a run of searches with rows like
+        ``rows`` (split by ``cf_batchsize`` as ``generate`` splits them) that search
+        ``planned_rows`` rows in all: ``counterfactual_training`` calls it before its first
+        epoch and uses the generator it returns for every search, so that they all take the
+        same path, whatever ran before in the process and wherever the run was resumed (an
+        interrupted run's ``saved`` decision under ``"auto"`` is kept, even if the rule has
+        changed since)."""
+        if saved and self.compile == saved.get("compile") == "auto":
+            return replace(self, compile=bool(saved["compiled"])), dict(saved)
+        planned_steps = planned_rows * self.maxiter
+        chunk = rows[: self.cf_batchsize or max(rows.shape[0], 1)]
         with eval_mode(model):
-            return self._compiles(self.compile, model, chunk, planned_steps)
+            compiled = self._compiles(self.compile, model, chunk, planned_steps)
+        record = {"compile": self.compile, "compiled": compiled, "planned_steps": planned_steps}
+        return replace(self, compile=compiled), record
 
     def _compiles(
         self, setting: Compile, model: nn.Module, chunk: Tensor, planned_steps: int
@@ -236,7 +230,13 @@ class NativeGenerator(SearchParameters):
         )
 
     def _search(
-        self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints, compiled: bool
+        self,
+        model: nn.Module,
+        x0: Tensor,
+        target: Tensor,
+        c: Constraints,
+        compiled: bool,
+        record: bool = False,
     ) -> CounterfactualResult:
         step = None
         if use_fused(compiled, model, x0, self.amp):
@@ -267,7 +267,8 @@ class NativeGenerator(SearchParameters):
                 if part is not full:
                     full[ws.rows] = part
 
-        compact_at = set(self.compaction_points())
+        compact_at = set() if record else set(self.compaction_points())
+        path = [ws.x.detach().clone()] if record else None
         for t in range(self.maxiter):
             if t in compact_at:
                 keep = ws.active.nonzero().squeeze(1)  # host sync: only at compaction points
@@ -281,6 +282,8 @@ class NativeGenerator(SearchParameters):
                     step(ws, phis[t], scalars)
             else:
                 eager_step(model, ws, self.energy_weight(t), c, settings)
+            if path is not None:
+                path.append(ws.x.detach().clone())
         if len(ws):
             with torch.no_grad(), autocast(self.amp, x0.device):
                 probs = model(ws.x).float().softmax(1)
@@ -297,7 +300,9 @@ class NativeGenerator(SearchParameters):
             with torch.no_grad():
                 probs = model(x).float().softmax(1)
             active = not_converged(probs, target[:, None], self.tau)
-        return CounterfactualResult(x, nascent, ~active, iterations)
+        return CounterfactualResult(
+            x, nascent, ~active, iterations, None if path is None else torch.stack(path)
+        )
 
     def compaction_points(self) -> list[int]:
         """Iterations before which converged rows leave the batch, each costing one host read of
@@ -338,7 +343,7 @@ class ReferenceGenerator(SearchParameters):
         mutability: Mutability = None,
     ) -> CounterfactualResult:
         """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,), sample by sample."""
-        x, target, constraints = _prepare(model, x, target, domain, mutability)
+        x, target, constraints = prepare_search(model, x, target, domain, mutability)
         results = []
         with eval_mode(model):
             for i in range(x.shape[0]):
@@ -346,9 +351,7 @@ class ReferenceGenerator(SearchParameters):
                 results.append(self._search_one(model, x[one], target[one], constraints))
         if not results:
             return CounterfactualResult(x, x, target.bool(), target)
-        return CounterfactualResult(
-            *(torch.cat([r[k] for r in results]) for k in range(len(_RESULT_FIELDS)))
-        )
+        return CounterfactualResult(*(torch.cat(parts) for parts in zip(*results, strict=True)))
 
     def _converged(self, logits: Tensor, target: Tensor) -> bool:
         return bool(logits.softmax(1)[0, target[0]] >= self.tau)

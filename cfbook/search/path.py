@@ -1,22 +1,21 @@
-"""The iterates of a search, for pictures: the batched eager step without compaction, so every
-row's point is recorded at every iteration (a converged row stays where it stopped)."""
+"""The iterates of a search, for pictures: ``NativeGenerator.generate(..., record=True)``, the
+one search loop with every iterate kept, and what a picture of one factual's search needs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
 
 from cfbook.search.constraints import Domain, Mutability
-from cfbook.search.generators import SearchParameters, _prepare, eval_mode
-from cfbook.search.step import StepSettings, WorkingSet, eager_step
+from cfbook.search.generators import NativeGenerator, eval_mode
 
 __all__ = ["SearchRecord", "record_search", "search_path"]
 
 
 def search_path(
-    generator: SearchParameters,
+    generator: NativeGenerator,
     model: nn.Module,
     x: Tensor,
     target: Tensor,
@@ -25,18 +24,11 @@ def search_path(
     mutability: Mutability = None,
 ) -> Tensor:
     """``(maxiter + 1, N, D)``: the factuals, then each iteration's points of the search that
-    ``generator``'s settings define (``NativeGenerator(compile=False)`` ends at the last one)."""
-    x, target, constraints = _prepare(model, x, target, domain, mutability)
-    ws = WorkingSet.start(x, target, fused=False)
-    settings = StepSettings(
-        generator.tau, generator.lambda_cost, generator.step_size, generator.epsilon, None, 1.0
-    )
-    points = [ws.x.detach().clone()]
-    with eval_mode(model):
-        for t in range(generator.maxiter):
-            eager_step(model, ws, generator.energy_weight(t), constraints, settings)
-            points.append(ws.x.detach().clone())
-    return torch.stack(points)
+    ``generator``'s settings define, all rows in one chunk (``NativeGenerator(compile=False)``
+    ends at the last one)."""
+    whole = replace(generator, cf_batchsize=None)
+    found = whole.generate(model, x, target, domain=domain, mutability=mutability, record=True)
+    return found.path
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,7 @@ class SearchRecord:
 
 
 def record_search(
-    generator: SearchParameters,
+    generator: NativeGenerator,
     model: nn.Module,
     x: Tensor,
     target: int,

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from cfbook.book.figures.reproduction import FGSM_EPS, interval_bars
 from cfbook.book.figures.training import COLOURS, TEMPLATE
+from cfbook.evaluation.attacks import accuracy_at
 from cfbook.models import IMAGE_SHAPE
 from cfbook.paper import published
 from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS
@@ -49,7 +50,7 @@ def ablation_table(results: dict[str, Any]) -> str:
         bl = _robust(results, key, "vanilla")
         lines.append(
             f"| {label} | baseline | | | | {rows['vanilla']['validity']:.2f} | "
-            f"{bl['clean']:.2f} | {bl['fgsm'][FGSM_EPS]:.2f} |"
+            f"{bl['clean']:.2f} | {accuracy_at(bl, 'fgsm', FGSM_EPS):.2f} |"
         )
         for objective, name in OBJECTIVES.items():
             r = rows[objective]
@@ -57,7 +58,7 @@ def ablation_table(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} | {name} | {_cell(r['ip'])} | {_cell(r['ip_star_5'])} | "
                 f"{_cell(r['cost'])} | {r['validity']:.2f} | {acc['clean']:.2f} | "
-                f"{acc['fgsm'][FGSM_EPS]:.2f} |"
+                f"{accuracy_at(acc, 'fgsm', FGSM_EPS):.2f} |"
             )
     return "\n".join(lines)
 
@@ -71,7 +72,10 @@ def ablation_text(results: dict[str, Any]) -> str:
     ablation = results.get("ablation", {})
     n = len(ablation)
     if not n:
-        return "No ablation results: run `python -m cfbook.paper --objectives energy,adversarial`."
+        return (
+            "No ablation results: run "
+            "`python -m cfbook.commands.paper --objectives energy,adversarial`."
+        )
     out = []
     for measure, label in MEASURES.items():
         counts = {
@@ -90,8 +94,8 @@ def ablation_text(results: dict[str, Any]) -> str:
         o: [
             EXPERIMENTS[k].label
             for k in ablation
-            if _robust(results, k, o)["fgsm"][FGSM_EPS]
-            > _robust(results, k, "vanilla")["fgsm"][FGSM_EPS] + 0.05
+            if accuracy_at(_robust(results, k, o), "fgsm", FGSM_EPS)
+            > accuracy_at(_robust(results, k, "vanilla"), "fgsm", FGSM_EPS) + 0.05
         ]
         for o in OBJECTIVES
     }
@@ -161,7 +165,7 @@ def ig_table(results: dict[str, Any]) -> str:
 def ig_text(results: dict[str, Any]) -> str:
     ig = results.get("ig", {})
     if not ig:
-        return "No IG results: run `python -m cfbook.paper --ig`."
+        return "No IG results: run `python -m cfbook.commands.paper --ig`."
     lower = [EXPERIMENTS[k].label for k, r in ig.items() if r["diff_high"] < 0]
     higher = [EXPERIMENTS[k].label for k, r in ig.items() if r["diff_low"] > 0]
     paper_lower = [EXPERIMENTS[k].label for k in ig if published.IG[k][0] < published.IG[k][1]]
@@ -240,12 +244,12 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
     )
     for key, table in knobs["data"].items():
         for col, knob in enumerate(names, start=1):
-            values = sorted(table[knob], key=float)
+            points = sorted(table[knob], key=lambda r: r["value"])
             for row, measure in enumerate(KNOB_MEASURES, start=1):
-                seeds = [[v for v in table[knob][x][measure] if v is not None] for x in values]
+                seeds = [[v for v in r[measure] if v is not None] for r in points]
                 mean = [sum(s) / len(s) if s else None for s in seeds]
                 fig.add_scatter(
-                    x=[f"{float(x):g}" for x in values],
+                    x=[f"{r['value']:g}" for r in points],
                     y=mean,
                     mode="lines+markers",
                     name=EXPERIMENTS[key].label,
@@ -283,8 +287,8 @@ def knobs_text(knobs: dict[str, Any]) -> str:
     for knob in knobs["knobs"]:
         parts = []
         for key, table in knobs["data"].items():
-            values = sorted(table[knob], key=float)
-            lo, hi = table[knob][values[0]], table[knob][values[-1]]
+            points = sorted(table[knob], key=lambda r: r["value"])
+            lo, hi = points[0], points[-1]
             moves = []
             for measure, label in KNOB_MEASURES.items():
                 a = [v for v in lo[measure] if v is not None]
@@ -293,7 +297,7 @@ def knobs_text(knobs: dict[str, Any]) -> str:
                     moves.append(f"{label} {sum(a) / len(a):.3g} → {sum(b) / len(b):.3g}")
             parts.append(f"{EXPERIMENTS[key].label}: " + ", ".join(moves))
         lines.append(
-            f"- **{KNOB_LABELS[knob]}** from {float(values[0]):g} to {float(values[-1]):g}: "
+            f"- **{KNOB_LABELS[knob]}** from {lo['value']:g} to {hi['value']:g}: "
             + "; ".join(parts)
             + "."
         )

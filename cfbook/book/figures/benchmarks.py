@@ -1,4 +1,4 @@
-"""Pictures of recorded benchmarks (``benchmarks/RESULTS.md``): the batched search against the
+"""Pictures of recorded benchmarks (``benchmarks/results.json``): the batched search against the
 per-sample one (benchmark 1) and the search's peak memory against ``cf_batchsize`` and ``nce``
 (benchmark 4). Each returns None when its benchmark was never recorded on that device kind."""
 
@@ -7,21 +7,12 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from cfbook.book.benchmarks import benchmark_table
 from cfbook.book.figures.training import COLOURS, TEMPLATE
-from cfbook.book.scaling import benchmark_table
 
 __all__ = ["search_memory_figure", "throughput_figure"]
 
-_BYTES = {"B": 1 / 2**20, "KiB": 1 / 2**10, "MiB": 1.0, "GiB": 2**10}
-
-
-def _number(text: str) -> float:
-    return float(text.replace(",", "").rstrip("x%"))
-
-
-def _mib(text: str) -> float:
-    value, unit = text.split()
-    return float(value) * _BYTES[unit]
+MIB = 2**20
 
 
 def throughput_figure(kind: str = "cpu") -> go.Figure | None:
@@ -30,26 +21,26 @@ def throughput_figure(kind: str = "cpu") -> go.Figure | None:
     rows = benchmark_table("throughput", kind)
     if rows is None:
         return None
+    shown = benchmark_table("throughput", kind, text=True)  # the ratios as the table rounds them
     labels = [f"{r['model']}, nce {r['nce']}" for r in rows]
     fig = go.Figure()
     for column, name, colour in (
         ("Native cf/s", "NativeGenerator (batched)", COLOURS["full"]),
         ("Reference cf/s", "ReferenceGenerator (one sample at a time)", COLOURS["vanilla"]),
     ):
-        values = [_number(r[column]) for r in rows]
         fig.add_bar(
             x=labels,
-            y=values,
+            y=[r[column] for r in rows],
             name=name,
             marker_color=colour,
             hovertemplate="%{x}: %{y:,.1f} counterfactuals/s<extra>" + name + "</extra>",
         )
-    for label, r in zip(labels, rows, strict=True):
+    for label, r in zip(labels, shown, strict=True):
         fig.add_annotation(
             x=label,
             y=1.08,
             yref="paper",
-            text=f"{_number(r['Native / Reference']):g}x faster",
+            text=f"{r['Native / Reference']} faster",
             showarrow=False,
             font={"size": 13},
         )
@@ -80,14 +71,14 @@ def search_memory_figure(kind: str = "cpu") -> go.Figure | None:
     )
     for sweep, (key, col) in sweeps.items():
         part = [r for r in rows if r["sweep"] == sweep]
-        x = [int(r[key]) for r in part]
+        x = [r[key] for r in part]
         for column, name, colour in (
             ("search peak", "peak of the search", COLOURS["full"]),
             (next(k for k in part[0] if k.startswith("results")), "stored results", "#777777"),
         ):
             fig.add_scatter(
                 x=x,
-                y=[_mib(r[column]) for r in part],
+                y=[r[column] / MIB for r in part],  # bytes
                 mode="lines+markers",
                 name=name,
                 line={"color": colour},

@@ -8,8 +8,11 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from cfbook.book.evaluation import decode_levels
 from cfbook.book.figures.training import COLOURS, TEMPLATE
-from cfbook.evaluation.protocol import decode_levels
+from cfbook.evaluation.attacks import ATTACKS
+from cfbook.evaluation.metrics import VALIDITY_THRESHOLD
+from cfbook.evaluation.protocol import PaperProtocol
 
 NAMES = {"full": "CT", "vanilla": "baseline"}
 _IMAGE_SCALE = [[0, "white"], [1, "black"]]
@@ -103,12 +106,11 @@ def robustness_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figur
     fig = make_subplots(rows=1, cols=2, subplot_titles=["FGSM", "PGD"], shared_yaxes=True)
     for mode, result in (("full", full), ("vanilla", vanilla)):
         summary = result["robustness"]["summary"]
-        for col, attack in enumerate(("fgsm", "pgd"), start=1):
-            eps = list(summary[attack])
-            stats = [summary["clean"]] + [summary[attack][e] for e in eps]
+        for col, attack in enumerate(ATTACKS, start=1):
+            stats = [summary["clean"], *summary[attack]]
             fig.add_trace(
                 go.Scatter(
-                    x=[0.0] + [float(e) for e in eps],
+                    x=[0.0, *summary["epsilons"]],
                     y=[s["mean"] for s in stats],
                     error_y=_errors(stats),
                     name=NAMES[mode],
@@ -151,5 +153,33 @@ def gallery_text(full: dict[str, Any], vanilla: dict[str, Any], threshold: int =
         "In the gallery, "
         + "; ".join(parts)
         + f". A pixel counts as changed when it moved by more than {threshold} of 255 ink "
-        "levels; L1 is in the units of the [-1, 1] domain, summed over the 784 pixels."
+        "levels; L1 is in the units of the [-1, 1] domain, summed over the 784 pixels. "
+        + gallery_search_text(full["gallery"])
     )
+
+
+def gallery_search_text(gallery: dict[str, Any]) -> str:
+    """How the gallery was searched and what counted as valid, from its file."""
+    s = gallery["search"]
+    argmax = gallery["validity"] == "argmax"
+    rule = (
+        "the model's most likely class is its target"
+        if argmax
+        else f"the model gives its target at least probability {VALIDITY_THRESHOLD:g}"
+    )
+    text = (
+        f"Both models' searches took steps of {s['step_size']:g}, up to {s['maxiter']} of them, "
+        f"stopping at a target probability of {s['tau']:g}, with energy weight "
+        f"{s['lambda_energy']:g} and distance weight {s['lambda_cost']:g}; a counterfactual "
+        f"counts as valid when {rule}."
+    )
+    paper = PaperProtocol()
+    if argmax or s["step_size"] != paper.step_size:
+        text += (
+            " These are not the paper's test-time settings that the rest of this chapter uses "
+            f"(steps of {paper.step_size:g}, valid at target probability "
+            f"{VALIDITY_THRESHOLD:g}): the shipped gallery predates the book's adopting them, "
+            "and the evaluation step remakes it with them once the profile's stages are "
+            "trained again."
+        )
+    return text

@@ -10,9 +10,9 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from cfbook.book.evaluation import decode_levels
 from cfbook.book.figures.evaluation import _CHANGE_SCALE, _IMAGE_SCALE, NAMES
 from cfbook.book.figures.training import COLOURS, TEMPLATE
-from cfbook.evaluation.protocol import decode_levels
 
 __all__ = ["microscope_figure", "microscope_text"]
 

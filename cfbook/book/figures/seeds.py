@@ -16,9 +16,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cfbook.book.figures.training import BURNIN_COLOUR, COLOURS, TEMPLATE
-from cfbook.evaluation.protocol import mean_of, mean_se
-from cfbook.evaluation.report import clear_difference
-from cfbook.log import TrainingLog
+from cfbook.book.report import clear_difference
+from cfbook.evaluation.statistics import mean_of, mean_se
+from cfbook.training.log import TrainingLog
 
 LAST_EPOCHS = 3  # accuracy is compared over the last this many recorded epochs of each seed
 

@@ -132,7 +132,8 @@ def _setting(profile: Profile, name: str) -> str:
         return "all"
     if name == "evaluation":
         attacked = value.attack_samples or "all"
-        return f"{value.n_factuals} factuals x {value.runs} runs; attacks on {attacked} held-out"
+        eps = ", ".join(f"{e:g}" for e in value.epsilons)
+        return f"FGSM and PGD at eps {eps} on {attacked} held-out digits; a gallery of 10"
     if name == "paired":
         return f"{value.rounds} rounds x {value.individuals} factuals per energy weight"
     if isinstance(value, tuple):

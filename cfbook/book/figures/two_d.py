@@ -1,6 +1,6 @@
 """CT drawn in two dimensions: decision regions, training data and search paths of the
-synthetic data sets (``two_d.json`` from ``python -m cfbook.paper --two-d``), with a menu to
-switch data sets, and text written from the paths."""
+synthetic data sets (``two_d.json`` from ``python -m cfbook.commands.paper --two-d``), with a
+menu to switch data sets, and text written from the paths."""
 
 from __future__ import annotations
 

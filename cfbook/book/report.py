@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cfbook.evaluation.bootstrap import compare_rounds
-from cfbook.evaluation.protocol import mean_se
+from cfbook.evaluation.attacks import ATTACKS
+from cfbook.evaluation.statistics import compare_rounds, mean_se
 
 #: Label and direction of each counterfactual measure (True: higher is better).
 MEASURE_LABELS = {
@@ -18,7 +18,7 @@ MEASURE_LABELS = {
     "ip": ("IP", False),
     "ip_star": ("IP*", False),
 }
-ATTACK_EPS = "0.03"
+ATTACK_EPS = 0.03
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ def _check_pair(full: dict[str, Any], vanilla: dict[str, Any]) -> None:
             f"evaluations of different profiles: {full['meta'].get('profile')!r} and "
             f"{vanilla['meta'].get('profile')!r}"
         )
-    if full["config"] != vanilla["config"] or len(full["runs"]) != len(vanilla["runs"]):
-        raise ValueError("the two evaluations used different protocols; re-run both stages")
+    if full["config"] != vanilla["config"] or full["n_models"] != vanilla["n_models"]:
+        raise ValueError("the two evaluations used different settings; evaluate both again")
 
 
 def _accuracy_change(pairs: list[tuple[float, float]]) -> dict[str, Any]:
@@ -85,16 +85,17 @@ def compare_robustness(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Co
             _accuracy_change([(x["clean"], y["clean"]) for x, y in pairs]),
         )
     ]
-    for attack in ("fgsm", "pgd"):
-        for eps in full["robustness"]["summary"][attack]:
+    summary_ct, summary_bl = full["robustness"]["summary"], vanilla["robustness"]["summary"]
+    for attack in ATTACKS:
+        for i, eps in enumerate(summary_ct["epsilons"]):
             rows.append(
                 Comparison(
-                    f"{attack}_{eps}",
-                    f"{attack.upper()} accuracy, eps {eps}",
+                    f"{attack}_{eps:g}",
+                    f"{attack.upper()} accuracy, eps {eps:g}",
                     True,
-                    full["robustness"]["summary"][attack][eps],
-                    vanilla["robustness"]["summary"][attack][eps],
-                    _accuracy_change([(x[attack][eps], y[attack][eps]) for x, y in pairs]),
+                    summary_ct[attack][i],
+                    summary_bl[attack][i],
+                    _accuracy_change([(x[attack][i], y[attack][i]) for x, y in pairs]),
                 )
             )
     return rows
@@ -243,12 +244,12 @@ def paired_text(c: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def robustness_text(robustness: list[Comparison], eps: str = ATTACK_EPS) -> str:
+def robustness_text(robustness: list[Comparison], eps: float = ATTACK_EPS) -> str:
     """Accuracy, clean and under FGSM at ``eps``, CT minus baseline in percentage points over
     the seeds (models pair by seed), called a difference only by ``clear_difference``."""
     out = []
     for row in robustness:
-        if row.key not in ("clean", f"fgsm_{eps}"):
+        if row.key not in ("clean", f"fgsm_{eps:g}"):
             continue
         diffs = row.change.get("pp", [])
         if not diffs:

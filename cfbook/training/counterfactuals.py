@@ -4,16 +4,16 @@ neighbours and mature counterfactuals, all on the training device."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from cfbook.evaluation.metrics import predict
-from cfbook.search.constraints import Constraints, Domain, Mutability
-from cfbook.search.generators import NativeGenerator, ReferenceGenerator
-from cfbook.search.targets import draw_targets, uniform_draws
-
-Generator = NativeGenerator | ReferenceGenerator
+from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
+from cfbook.search.interface import Generator
+from cfbook.search.targets import draw_targets, label_levels, uniform_draws
+from cfbook.training import distributed
 
 #: What a counterfactual whose search did not converge contributes to the loss:
 #: ``"neighbour"`` (the CT paper's rule: it is replaced by its neighbour, so its energy
@@ -63,51 +63,104 @@ class NeighbourSampler:
         return self.order[torch.where(counts > 0, in_class, anywhere)]
 
 
-def epoch_counterfactuals(
-    model: nn.Module,
+def chunk_bounds(nce: int, n_batches: int) -> list[slice]:
+    """Contiguous chunks of the nce counterfactuals, one per mini-batch, sizes differing by <= 1."""
+    base, extra = divmod(nce, n_batches)
+    bounds, start = [], 0
+    for b in range(n_batches):
+        stop = start + base + (b < extra)
+        bounds.append(slice(start, stop))
+        start = stop
+    return bounds
+
+
+@dataclass
+class EpochSearch:
+    """What a run's epochs need to search counterfactuals: the generator planned for the whole
+    run (``Generator.plan``) and its record, the draws' classes and neighbours, the
+    constraints, and each mini-batch's chunk of the ``nce`` counterfactuals."""
+
+    generator: Generator
+    plan: dict[str, Any]
+    nce: int
+    rows: slice | None  # this process's share of the nce counterfactuals under DDP
+    chunks: list[slice]
+    levels: Tensor
+    neighbours: NeighbourSampler
+    constraints: Constraints
+    domain: Domain
+    mutability: Mutability
+    mature: str
+
+
+def plan_epoch_search(
     generator: Generator,
+    model: nn.Module,
     x_all: Tensor,
     y_all: Tensor,
+    *,
     nce: int,
-    levels: Tensor,
-    neighbours: NeighbourSampler,
-    constraints: Constraints,
+    search_epochs: int,
+    n_batches: int,
+    n_classes: int,
     domain: Domain,
     mutability: Mutability,
-    cf_batchsize: int | None,
-    rng: torch.Generator,
-    rows: slice | None = None,
-    compile: bool | None = None,
-    mature: str = "neighbour",
+    mature: str,
+    saved_plan: dict[str, Any] | None,
+) -> EpochSearch:
+    """The run's search: the constraints on the device, each process's share and chunks, and
+    the generator planned once for all epochs from the rows one process searches per epoch, so
+    that every process and a resumed run take the same path whatever ran before in the
+    process."""
+    world = distributed.world_size()
+    rows = distributed.shard_rows(nce) if world > 1 else None
+    share = x_all[: -(-nce // world)]  # the rows one process searches per epoch, at most
+    planned, plan = generator.plan(model, share, search_epochs * nce, saved_plan)
+    return EpochSearch(
+        generator=planned,
+        plan=plan,
+        nce=nce,
+        rows=rows,
+        chunks=chunk_bounds(nce if rows is None else rows.stop - rows.start, n_batches),
+        levels=label_levels(y_all),
+        neighbours=NeighbourSampler(y_all, n_classes),
+        constraints=make_constraints(domain, mutability, x_all.shape[1], device=x_all.device),
+        domain=domain,
+        mutability=mutability,
+        mature=mature,
+    )
+
+
+def epoch_counterfactuals(
+    model: nn.Module, x_all: Tensor, y_all: Tensor, search: EpochSearch, rng: torch.Generator
 ) -> CounterfactualBatch:
-    """Search ``nce`` counterfactuals with the model as it stands at the epoch start.
+    """Search ``search.nce`` counterfactuals with the model as it stands at the epoch start.
 
     Every random number of the epoch (factuals, targets, neighbours) is drawn for all ``nce``
     rows before the search. Under DDP each process keeps only its ``rows`` of them: with ``rng``
     seeded alike everywhere, the processes share the search of exactly the counterfactuals one
-    process would find, without overlap, and their generators stay in step. ``compile`` is the
-    run's decision for a NativeGenerator (see ``NativeGenerator.settle_compile``); ``mature``
+    process would find, without overlap, and their generators stay in step. ``search.mature``
     says what a non-converged counterfactual becomes (see ``MATURE``).
     """
-    device = x_all.device
+    device, nce, rows = x_all.device, search.nce, search.rows
     idx = torch.randperm(x_all.shape[0], generator=rng, device=device)[:nce]
     u_target = torch.rand(nce, generator=rng, device=device)
     u_neighbour = torch.rand(nce, generator=rng, device=device)
     if rows is not None:
         idx, u_target, u_neighbour = idx[rows], u_target[rows], u_neighbour[rows]
     x, label = x_all[idx], y_all[idx]
-    target = draw_targets(predict(model, x), levels, u_target)
-    native = isinstance(generator, NativeGenerator)
-    kwargs = {"cf_batchsize": cf_batchsize, "compile": compile} if native else {}
-    found = generator.generate(model, x, target, domain=domain, mutability=mutability, **kwargs)
-    neighbour = x_all[neighbours(target, u_neighbour)]
-    if mature == "raw":
+    target = draw_targets(predict(model, x), search.levels, u_target)
+    found = search.generator.generate(
+        model, x, target, domain=search.domain, mutability=search.mutability
+    )
+    neighbour = x_all[search.neighbours(target, u_neighbour)]
+    if search.mature == "raw":
         chosen = found.counterfactual
     else:
         chosen = torch.where(found.valid[:, None], found.counterfactual, neighbour)
     return CounterfactualBatch(
         counterfactual=chosen,
-        neighbour=constraints.protect_neighbours(neighbour, chosen),
+        neighbour=search.constraints.protect_neighbours(neighbour, chosen),
         nascent=found.nascent,
         target=target,
         label=label,

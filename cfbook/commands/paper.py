@@ -1,15 +1,16 @@
-"""``python -m cfbook.paper``: run the CT paper's experiment grid, or part of it, then merge.
+"""``python -m cfbook.commands.paper``: the CT paper's experiment grid, or part of it, then
+the merge.
 
 Examples::
 
-    python -m cfbook.paper                      # all: 9 data sets x 3 trainings x 3 seeds
-    python -m cfbook.paper --data adult,mnist   # two data sets
-    python -m cfbook.paper --cell 17 --no-merge # one training cell (a SLURM array task)
-    python -m cfbook.paper --evaluate adult:0   # one evaluation, once its three cells exist
-    python -m cfbook.paper --merge-only         # rebuild results.json from what is there
-    python -m cfbook.paper --objectives energy,adversarial --ig   # plus the ablation and IG
-    python -m cfbook.paper --list               # the cells and their numbers
-    bash scripts/slurm-paper.sh --dry-run       # the same grid as SLURM job arrays
+    python -m cfbook.commands.paper                     # 9 data sets x 3 trainings x 3 seeds
+    python -m cfbook.commands.paper --data adult,mnist  # two data sets
+    python -m cfbook.commands.paper --cell 17 --no-merge  # one training cell (a SLURM task)
+    python -m cfbook.commands.paper --evaluate adult:0  # one evaluation, once its cells exist
+    python -m cfbook.commands.paper --merge-only        # rebuild results.json from what is there
+    python -m cfbook.commands.paper --objectives energy,adversarial --ig  # + ablation and IG
+    python -m cfbook.commands.paper --list              # the cells and their numbers
+    bash scripts/slurm-paper.sh --dry-run               # the same grid as SLURM job arrays
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from cfbook.progress import format_duration
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m cfbook.paper",
+        prog="python -m cfbook.commands.paper",
         description="Train and evaluate the CT paper's experiment grid; every cell is resumable.",
     )
     p.add_argument("--data", help="comma-separated data sets (default: all nine)")

@@ -1,11 +1,15 @@
-"""Tests for the paper's evaluation rounds and its bootstrap confidence interval."""
+"""The paper's evaluation rounds and their statistics: CT against the baseline per round, mean
+and standard error."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
-from cfbook.evaluation.bootstrap import compare_rounds, draw_round
+from cfbook.evaluation.rounds import draw_round
+from cfbook.evaluation.statistics import compare_rounds, mean_se
 
 
 def test_a_round_searches_what_each_model_predicts_as_the_factual_class():
@@ -61,3 +65,9 @@ def test_compare_rounds_by_hand():
         compare_rounds([None], [1.0])
     with pytest.raises(ValueError, match="one value per round"):
         compare_rounds([1.0], [1.0, 2.0])
+
+
+def test_mean_and_standard_error_by_hand():
+    assert mean_se([1.0, 2.0, 3.0]) == {"mean": 2.0, "se": pytest.approx(1 / math.sqrt(3)), "n": 3}
+    assert mean_se([4.0, None]) == {"mean": 4.0, "se": None, "n": 1}
+    assert mean_se([None]) == {"mean": None, "se": None, "n": 0}

@@ -1,12 +1,13 @@
-"""One training stage from the command line, in one process or as one of several under torchrun.
+"""One training stage of one of the book's profiles (``tutorial``, ``cpu``, ``smoke``) from the
+command line, in one process or as one of several under torchrun.
 
-    python -m cfbook.train --profile cpu --mode full
-    torchrun --nproc_per_node=2 -m cfbook.train --profile cpu --mode full      # 2 CPU processes
-    torchrun --nproc_per_node=4 -m cfbook.train --profile tutorial --mode full # 4 GPUs, NCCL
+    python -m cfbook.commands.train_profile --profile cpu --mode full
+    torchrun --nproc_per_node=2 -m cfbook.commands.train_profile --profile cpu --mode full  # 2 CPUs
+    torchrun --nproc_per_node=4 -m cfbook.commands.train_profile --profile tutorial --mode full
 
 It runs what the papermill stage runs (:func:`cfbook.book.stages.run_training_stage`) and writes the
-same files: ``data/<profile>/<mode>.json`` (one log per run), the weights and the evaluation, and
-a checkpoint per epoch in ``data/<profile>/checkpoints/`` from which a rerun resumes. The
+same files: ``data/<profile>/<mode>.json`` (one log per run) and the weights, and a checkpoint per
+epoch in ``data/<profile>/checkpoints/`` from which a rerun resumes. The
 profile's ``batch_size`` is the global batch: each of N processes trains on ``batch_size / N``
 samples of every batch, so one process and N processes train the same configuration. Only rank 0
 writes files.
@@ -19,19 +20,21 @@ import os
 import sys
 from pathlib import Path
 
-from cfbook import distributed
 from cfbook.book.profiles import PROFILES, resolve_parameters
 from cfbook.book.stages import TRAINING_MODES, run_training_stage
 from cfbook.profiling import profile_markdown
+from cfbook.training import distributed
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cfbook.train",
-        description="Train one objective with a profile's settings and save its log; run it "
-        "under torchrun for several processes (NCCL on GPUs, gloo on CPUs).",
+        prog="python -m cfbook.commands.train_profile",
+        description="Train one objective with one of the book's profiles and save its logs and "
+        "weights (the book's training stage); run it under torchrun for several processes "
+        "(NCCL on GPUs, gloo on CPUs). To train your own model, call "
+        "cfbook.counterfactual_training.",
     )
     parser.add_argument("--mode", required=True, choices=TRAINING_MODES, help="objective")
     parser.add_argument(

@@ -44,23 +44,6 @@ def load_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     return state
 
 
-def check_same_run(saved: dict[str, Any] | None, current: dict[str, Any], where: Path) -> None:
-    """Refuse to resume a checkpoint written by a run with other settings: its epochs would be
-    mixed into a log that claims settings they were not trained with."""
-    saved = saved or {}
-    differences = [
-        f"{key}: {saved.get(key)!r} in the checkpoint, {value!r} now"
-        for key, value in current.items()
-        if saved.get(key) != value
-    ]
-    if differences:
-        raise ValueError(
-            f"checkpoint in {where} belongs to another run ("
-            + "; ".join(differences)
-            + "); use another checkpoint_dir or delete it to start afresh"
-        )
-
-
 def rng_states(rng: torch.Generator, loader: object) -> dict[str, Any]:
     """Every random state a resumed run needs to continue exactly as an uninterrupted one."""
     states = {"search": rng.get_state(), "torch": torch.get_rng_state()}

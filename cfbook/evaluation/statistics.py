@@ -1,57 +1,32 @@
-"""The paper's evaluation rounds and their significance test, as building blocks.
-
-Each of the J rounds of the CT paper draws a factual class and a target class, then, for each
-model, test points that the model predicts as the factual class (with replacement): the models
-are compared on what each of them takes to be the factual class. The difference of a measure
-between CT and the baseline is significant when the percentile bootstrap 99 % confidence interval
-of the difference in means excludes zero (``../shared/reference/PAPER.md``; CT.jl,
-``paper/experiments/CTExperiments/src/presentation.jl``).
-"""
+"""Statistics of evaluation results: mean and standard error, and CT against the baseline on
+the per-round figures of the paper's protocol, as CT.jl's tables compute them
+(``presentation.jl``: ``aggregate_ce_evaluation``, ``cidiff``). Each round is one sample of the
+rounds' distribution, so a percentile interval needs no resampling: it is the rounds' own
+quantiles."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from math import nan
 
 import torch
-from torch import Tensor
 
 
-@dataclass(frozen=True)
-class Round:
-    """One evaluation round: the class pair, and per model the test rows it searches."""
+def mean_se(values: Sequence[float | None]) -> dict[str, float | int | None]:
+    """Mean and standard error (sample sd / sqrt(n)) of the defined values."""
+    kept = [float(v) for v in values if v is not None]
+    n = len(kept)
+    if not n:
+        return {"mean": None, "se": None, "n": 0}
+    mean = sum(kept) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in kept) / (n - 1) / n) if n > 1 else None
+    return {"mean": mean, "se": se, "n": n}
 
-    factual: int
-    target: int
-    rows: dict[str, Tensor]
 
-
-def draw_round(
-    predicted: Mapping[str, Tensor], levels: Sequence[int], n: int, rng: torch.Generator
-) -> Round:
-    """A factual class and a different target class, uniform over ``levels``, and for each
-    model ``n`` test rows drawn with replacement among those it predicts as the factual class.
-    A class pair that some model never predicts as the factual class is drawn again."""
-    if len(levels) < 2:
-        raise ValueError(f"a round needs at least two classes, got {list(levels)}")
-    predicted = {name: p.cpu() for name, p in predicted.items()}
-    for _ in range(100 * len(levels)):
-        i, j = torch.randint(len(levels), (2,), generator=rng).tolist()
-        if i == j:
-            continue
-        factual, target = int(levels[i]), int(levels[j])
-        members = {name: (p == factual).nonzero().flatten() for name, p in predicted.items()}
-        if all(m.numel() for m in members.values()):
-            picks = {
-                name: m[torch.randint(m.numel(), (n,), generator=rng)]
-                for name, m in members.items()
-            }
-            return Round(factual, target, picks)
-    raise ValueError(
-        "no class pair found whose factual class every model predicts for some test point: "
-        "check the models and the test data"
-    )
+def mean_of(values: Sequence[float | None]) -> float | None:
+    """The mean of the defined values (None if there are none)."""
+    return mean_se(values)["mean"]
 
 
 def compare_rounds(
@@ -60,7 +35,7 @@ def compare_rounds(
     """CT against the baseline on one measure, from per-round means as CT.jl's tables compute
     it (``presentation.jl``: ``aggregate_ce_evaluation``, ``cidiff``).
 
-    Each round is a bootstrap sample, so the percentile CI of the difference CT - baseline is
+    Each round is one draw, so the percentile CI of the difference CT - baseline is
     the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the per-round differences. The
     reduction is ``-(mean(ct / baseline) - 1) * 100`` (positive = CT lower, i.e. better, for a
     distance) and its SE is ``100 * std(ct / baseline)`` over rounds, the paper's "bootstrapped
@@ -96,4 +71,19 @@ def compare_rounds(
         "reduction_high": float(r_high),
         "rounds": len(pairs),
         "ratio_rounds": ratio.numel(),
+    }
+
+
+def compare_models(
+    per_round: Mapping[str, Mapping[str, Sequence[float | None]]],
+    ct: str,
+    baseline: str,
+    level: float = 0.99,
+) -> dict[str, dict[str, float | bool | int]]:
+    """``compare_rounds`` for every measure but validity (which the paper reports as levels):
+    reductions of CT against the baseline with their SE and percentile CI."""
+    return {
+        k: compare_rounds(per_round[ct][k], per_round[baseline][k], level)
+        for k in per_round[ct]
+        if k != "validity"
     }

@@ -1,0 +1,22 @@
+"""Counterfactual training: the loop (``loop``: ``counterfactual_training``), a run's identity
+for resuming (``run``), one epoch's counterfactuals (``counterfactuals``), CT's loss terms
+(``loss``), the per-epoch log (``log``), checkpoints (``checkpoint``) and training over several
+processes (``distributed``).
+
+May import ``cfbook.search`` and ``cfbook.evaluation`` (``predict``, ``accuracy``); nothing of
+data, the paper grid or the book.
+"""
+
+from cfbook.training.log import EpochRecord, TrainingLog, load_log, save_log
+from cfbook.training.loop import LowValidityWarning, counterfactual_training
+from cfbook.training.loss import counterfactual_terms
+
+__all__ = [
+    "EpochRecord",
+    "LowValidityWarning",
+    "TrainingLog",
+    "counterfactual_terms",
+    "counterfactual_training",
+    "load_log",
+    "save_log",
+]

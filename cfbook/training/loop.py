@@ -1,0 +1,605 @@
+"""Counterfactual training (Algorithm 1 of the CT paper): each epoch after burn-in, search
+counterfactuals for a sample of the training data and add their loss terms to every mini-batch.
+
+``counterfactual_training`` is four steps, each its own function: set up the run (its identity,
+the search, the log), resume it from a checkpoint, train one epoch, and record the epoch.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from cfbook.amp import autocast, check_amp
+from cfbook.device import synchronize
+from cfbook.objectives import Objective
+from cfbook.profiling import EpochProfiler
+from cfbook.progress import EpochProgress
+from cfbook.search.constraints import Domain, Mutability
+from cfbook.search.generators import count_classes
+from cfbook.search.interface import Generator, check_generator
+from cfbook.training import distributed
+from cfbook.training.checkpoint import (
+    load_checkpoint,
+    restore_rng_states,
+    rng_states,
+    save_checkpoint,
+)
+from cfbook.training.counterfactuals import (
+    CounterfactualBatch,
+    EpochSearch,
+    check_mature,
+    epoch_counterfactuals,
+    plan_epoch_search,
+)
+from cfbook.training.log import EpochRecord, TrainingLog
+from cfbook.training.loss import TERM_WEIGHTS, batch_loss
+from cfbook.training.run import (
+    TrainingRun,
+    data_fingerprint,
+    domain_identity,
+    mutability_identity,
+)
+
+__all__ = ["LOW_VALIDITY", "LowValidityWarning", "counterfactual_training", "training_tensors"]
+
+
+def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:
+    """The whole training set as tensors; factuals and neighbours are drawn from all of it."""
+    if hasattr(loader, "tensors"):
+        return loader.tensors
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, torch.utils.data.TensorDataset) and len(dataset.tensors) >= 2:
+        return dataset.tensors[0], dataset.tensors[1]
+    raise ValueError(
+        "train_loader must expose its data as tensors: use cfbook.data.DeviceLoader or a "
+        "torch DataLoader over a TensorDataset"
+    )
+
+
+def _check_arguments(
+    objective: Objective,
+    nepochs: int,
+    burnin: float,
+    accuracy_every: int,
+    verbose: int,
+    accumulate: int,
+) -> None:
+    if not isinstance(objective, Objective):
+        raise TypeError(f"objective must be a cfbook Objective, got {type(objective).__name__}")
+    if not isinstance(nepochs, int) or nepochs < 1:
+        raise ValueError(f"nepochs must be a positive integer, got {nepochs!r}")
+    if not 0.0 <= burnin <= 1.0:
+        raise ValueError(f"burnin must be a fraction of the epochs in [0, 1], got {burnin!r}")
+    if not isinstance(accuracy_every, int) or accuracy_every < 1:
+        raise ValueError(f"accuracy_every must be a positive integer, got {accuracy_every!r}")
+    if verbose not in (0, 1, 2):
+        raise ValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
+    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
+
+
+def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
+    """``nce`` checked; CT.jl's default is one counterfactual per mini-batch."""
+    if nce is None:
+        return n_batches
+    if isinstance(nce, bool) or not isinstance(nce, int) or nce < 1:
+        raise ValueError(f"nce must be a positive integer, got {nce!r}")
+    if nce > n:
+        raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
+    if nce < n_batches:
+        warnings.warn(
+            f"nce={nce} is below the number of mini-batches; raised to {n_batches} so every "
+            "batch gets at least one counterfactual",
+            stacklevel=3,
+        )
+        nce = n_batches
+    return nce
+
+
+def _labels_checked(y: Tensor, n_classes: int) -> None:
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or high >= n_classes:
+        raise ValueError(
+            f"labels must lie in [0, {n_classes - 1}] (the model's outputs), got {low}..{high}"
+        )
+
+
+class _EpochSums:
+    """Per-epoch sums kept on the device, read once when the epoch ends."""
+
+    def __init__(self, device: torch.device):
+        zero = torch.zeros((), device=device)
+        self.loss = zero.clone()
+        self.terms = {name: zero.clone() for name in (*TERM_WEIGHTS, "implaus_valid_sum")}
+        self.batches = 0
+        self.skipped = 0
+
+    def add(self, loss: Tensor, terms: dict[str, Tensor]) -> None:
+        self.loss += loss.detach()
+        for name, value in terms.items():
+            self.terms[name] += value.detach()
+        self.batches += 1
+
+    def totals(self, cf: CounterfactualBatch | None) -> dict[str, float]:
+        """The sums over all processes (one all-reduce, one host read): batches, loss, the CT
+        terms and, with counterfactuals, how many there were, how many valid, their iterations."""
+        values = {"batches": float(self.batches), "loss": self.loss, **self.terms}
+        if cf is not None:
+            values.update(
+                n_cf=float(cf.valid.shape[0]),
+                n_valid=cf.valid.sum(),
+                iterations=cf.iterations.sum(),
+            )
+        device = self.loss.device
+        stacked = torch.stack(
+            [torch.as_tensor(v, device=device).to(torch.float64) for v in values.values()]
+        )
+        return dict(zip(values, distributed.sum_over_ranks(stacked).tolist(), strict=True))
+
+
+@dataclass
+class _Options:
+    """How the epochs run, beside what decides their results."""
+
+    fuse: bool
+    amp: str | None
+    scaler: torch.amp.GradScaler | None
+    accumulate: int
+    profiler: EpochProfiler
+
+
+@dataclass
+class _Training:
+    """What every epoch of one run works with."""
+
+    model: nn.Module
+    train_model: nn.Module  # the model as the mini-batches see it (DDP-wrapped under DDP)
+    objective: Objective
+    loader: Iterable
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    x_all: Tensor
+    y_all: Tensor
+    rng: torch.Generator
+    opts: _Options
+
+
+def _train_epoch(
+    model: nn.Module,
+    objective: Objective,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    epoch: int,
+    cf: CounterfactualBatch | None,
+    chunks: list[slice] | None,
+    opts: _Options,
+) -> _EpochSums:
+    """One pass over the mini-batches, each with its chunk of counterfactual terms.
+
+    Every batch counts in the sums, as in CT.jl. The optimiser steps once per ``accumulate``
+    batches, on their mean gradient; under DDP only the backward pass before a step all-reduces
+    gradients. A batch whose loss is not finite on some process (the one host sync per batch) is
+    counted as skipped, and the update it belongs to is skipped on every process.
+    """
+    sums = _EpochSums(device)
+    n_batches, accumulate, scaler = len(loader), opts.accumulate, opts.scaler
+    optimizer.zero_grad(set_to_none=True)
+    update_ok = True
+    for b, (xb, yb) in enumerate(loader):
+        first = b - b % accumulate
+        group = min(accumulate, n_batches - first)  # batches in this update
+        last = b + 1 == first + group  # the batch whose backward pass precedes the update
+        # Under DDP the forward pass already decides whether the backward pass all-reduces.
+        with distributed.no_sync(model, last):
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+            with opts.profiler.region("forward"), autocast(opts.amp, device):
+                rows = None if cf is None else chunks[b]
+                loss, terms = batch_loss(model, objective, xb, yb, cf, rows, opts.fuse)
+            sums.add(loss, terms)
+            if not distributed.all_finite(loss):
+                warnings.warn(
+                    f"non-finite loss in epoch {epoch}, batch {b}: update skipped", stacklevel=3
+                )
+                sums.skipped += 1
+                update_ok = False
+            if update_ok:
+                part = loss / group if group > 1 else loss
+                with opts.profiler.region("backward"):
+                    (part if scaler is None else scaler.scale(part)).backward()
+        if last:
+            if update_ok:
+                with opts.profiler.region("optimizer"):
+                    if scaler is None:
+                        optimizer.step()
+                    else:
+                        scaler.step(optimizer)
+                        scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            update_ok = True
+    return sums
+
+
+def _resume(
+    checkpoint_dir: str | Path,
+    run: TrainingRun,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    rng: torch.Generator,
+    loader: object,
+) -> tuple[int, list[EpochRecord], dict[str, Any] | None]:
+    """Restore the last completed epoch's state, if the checkpoint belongs to this very run;
+    returns the epoch to start from, the finished epochs' records and the interrupted run's
+    search plan (see ``Generator.plan``)."""
+    state = load_checkpoint(checkpoint_dir)
+    if state is None:
+        return 1, [], None
+    run.check_resumable(state.get("run"), Path(checkpoint_dir))
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+    restore_rng_states(state["rng"], rng, loader)
+    records = [EpochRecord(**r) for r in state["log"]]
+    return state["epoch"] + 1, records, state.get("search_compile")
+
+
+def counterfactual_training(
+    objective: Objective,
+    model: nn.Module,
+    generator: Generator,
+    train_loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    *,
+    device: torch.device | str,
+    nepochs: int,
+    domain: Domain = None,
+    mutability: Mutability = None,
+    burnin: float = 0.0,
+    nce: int | None = None,
+    accuracy_every: int = 1,
+    val_loader: Iterable | None = None,
+    verbose: int = 1,
+    checkpoint_dir: str | Path | None = None,
+    fuse_cf_forwards: bool = False,
+    callback: Callable[[EpochRecord], None] | None = None,
+    amp: str | None = None,
+    accumulate: int = 1,
+    profile_epoch: int | None = None,
+    mature: str = "neighbour",
+) -> tuple[nn.Module, TrainingLog]:
+    """Train ``model`` with ``objective``; returns the model and its per-epoch log.
+
+    ``nce`` counterfactuals (default: one per mini-batch, as in CT.jl) are searched per epoch
+    after ``round(burnin * nepochs)`` burn-in epochs by ``generator`` (any
+    ``cfbook.search.Generator``; ``NativeGenerator(cf_batchsize=...)`` bounds the rows searched
+    at once) within ``domain`` and ``mutability`` (``None``: unconstrained, every feature free).
+    With ``checkpoint_dir`` every epoch is saved and a repeated call resumes after the last
+    completed one if it is the same run: the same objective, search, ``nce``, burn-in, ``amp``,
+    ``mature``, ``accumulate``, processes, domain, mutability and training data (a fingerprint);
+    otherwise it is refused, naming what differs. ``amp`` ("bf16", or "fp16" on CUDA) runs the
+    training forward passes under autocast. One host synchronisation per mini-batch remains:
+    the finiteness check of the loss, which skips the update of a non-finite loss with a
+    warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
+    ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
+    ``log.meta["epoch_profile"]``.
+
+    ``mature`` chooses what a counterfactual whose search did not converge contributes:
+    ``"neighbour"`` (the CT paper's rule, the default) replaces it by its neighbour, so its
+    energy differential is exactly zero; ``"raw"`` (CT.jl's Native branch, which its GPU tutorial
+    runs) keeps the search's last iterate, valid or not. The log's meta records it as
+    ``"mature"``. Under ``"neighbour"``, an epoch in which fewer than half of the counterfactuals
+    are valid warns once (``LowValidityWarning``): the energy term is then mostly zero.
+
+    Under DDP (:func:`cfbook.training.distributed.init_distributed` has run, each process passing
+    its own sharded ``DeviceLoader``), gradients are averaged across processes, each process
+    searches its share of the ``nce`` counterfactuals, the log holds figures over all processes
+    (the epoch time is the slowest process's), and only rank 0 writes checkpoints. ``callback``
+    runs on every process.
+    """
+    _check_arguments(objective, nepochs, burnin, accuracy_every, verbose, accumulate)
+    check_mature(mature)
+    device = torch.device(device)
+    check_amp(amp, device)
+    model.to(device)
+    x_all, y_all = (t.to(device) for t in training_tensors(train_loader))
+    if x_all.ndim != 2:
+        raise ValueError(f"training inputs must be flat (N, D) tensors, got {tuple(x_all.shape)}")
+    distributed.check_sharded(train_loader)
+    n_classes = count_classes(model, x_all)
+    _labels_checked(y_all, n_classes)
+    burnin_epochs = round(burnin * nepochs)
+    run = _identity(
+        objective,
+        generator,
+        x_all,
+        y_all,
+        nce=nce,
+        n_batches=len(train_loader),
+        burnin_epochs=burnin_epochs,
+        amp=amp,
+        mature=mature,
+        accumulate=accumulate,
+        fuse=fuse_cf_forwards,
+        domain=domain,
+        mutability=mutability,
+    )
+    opts = _Options(
+        fuse=fuse_cf_forwards,
+        amp=amp,
+        scaler=torch.amp.GradScaler(device.type) if amp == "fp16" else None,
+        accumulate=accumulate,
+        profiler=EpochProfiler(profile_epoch, nepochs, device),
+    )
+    t = _set_up(model, objective, train_loader, optimizer, device, x_all, y_all, opts)
+    start, records, saved_plan = 1, [], None
+    if checkpoint_dir is not None:
+        start, records, saved_plan = _resume(
+            checkpoint_dir, run, model, optimizer, opts.scaler, t.rng, train_loader
+        )
+    # DDP broadcasts rank 0's weights when it wraps the model: after the resume, as before it.
+    t.train_model = distributed.wrap_model(model, device)
+    search = None
+    if run.nce is not None:
+        search = plan_epoch_search(
+            generator,
+            model,
+            x_all,
+            y_all,
+            nce=run.nce,
+            search_epochs=nepochs - burnin_epochs,
+            n_batches=len(train_loader),
+            n_classes=n_classes,
+            domain=domain,
+            mutability=mutability,
+            mature=mature,
+            saved_plan=saved_plan,
+        )
+    log = _new_log(run, nepochs, x_all.shape[0], device, search)
+    log.extend(records)
+    verbose = verbose if distributed.is_main() else 0
+    progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
+    warned_validity = False
+    for epoch in range(start, nepochs + 1):
+        cf, sums, seconds = _epoch(t, epoch, search if epoch > burnin_epochs else None)
+        if epoch == profile_epoch:
+            log.meta["epoch_profile"] = opts.profiler.report
+        record = _record(
+            epoch, _accuracies(t, epoch, accuracy_every, val_loader), seconds, sums, cf
+        )
+        log.append(record)
+        if cf is not None and mature == "neighbour" and not warned_validity:
+            warned_validity = _warn_low_validity(record)
+        if checkpoint_dir is not None and distributed.is_main():
+            _save(t, checkpoint_dir, epoch, run, log, search)
+        _report(progress, record, verbose)
+        if callback is not None:
+            callback(record)
+    return model, log
+
+
+def _set_up(
+    model: nn.Module,
+    objective: Objective,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    x_all: Tensor,
+    y_all: Tensor,
+    opts: _Options,
+) -> _Training:
+    """What the epochs work with, the search's generator seeded from torch's global one: the
+    same seed on every process (they draw the same factuals and keep disjoint shares of them)."""
+    rng = torch.Generator(device=device)
+    rng.manual_seed(distributed.broadcast_int(int(torch.randint(0, 2**62, (1,))), device))
+    return _Training(
+        model=model,
+        train_model=model,
+        objective=objective,
+        loader=loader,
+        optimizer=optimizer,
+        device=device,
+        x_all=x_all,
+        y_all=y_all,
+        rng=rng,
+        opts=opts,
+    )
+
+
+def _identity(
+    objective: Objective,
+    generator: Generator,
+    x_all: Tensor,
+    y_all: Tensor,
+    *,
+    nce: int | None,
+    n_batches: int,
+    burnin_epochs: int,
+    amp: str | None,
+    mature: str,
+    accumulate: int,
+    fuse: bool,
+    domain: Domain,
+    mutability: Mutability,
+) -> TrainingRun:
+    """The run's identity; the search's part only when the objective searches."""
+    searches = objective.needs_counterfactuals
+    if searches:
+        check_generator(generator)
+    world = distributed.world_size()
+    return TrainingRun(
+        objective=objective.name,
+        lambdas=tuple(objective.lambdas),
+        nce=_resolve_nce(nce, x_all.shape[0], n_batches * world) if searches else None,
+        burnin_epochs=burnin_epochs,
+        generator=generator.settings() if searches else None,
+        amp=amp,
+        mature=mature if searches else None,
+        accumulate=accumulate,
+        fuse_cf_forwards=fuse,
+        world_size=world,
+        domain=domain_identity(domain, x_all.shape[1]) if searches else None,
+        mutability=mutability_identity(mutability) if searches else None,
+        data=data_fingerprint(x_all, y_all),
+    )
+
+
+def _new_log(
+    run: TrainingRun, nepochs: int, n_train: int, device: torch.device, search: EpochSearch | None
+) -> TrainingLog:
+    """The log, its meta recording the run's settings and the search's plan."""
+    meta = {**run.meta(), "nepochs": nepochs, "n_train": n_train, "device": str(device)}
+    log = TrainingLog(meta=meta)
+    if run.world_size > 1:
+        log.meta["world_size"] = run.world_size
+    if run.accumulate > 1:
+        log.meta["accumulate"] = run.accumulate
+    if search is not None and search.plan:
+        log.meta["search_compile"] = search.plan
+    return log
+
+
+def _epoch(
+    t: _Training, epoch: int, search: EpochSearch | None
+) -> tuple[CounterfactualBatch | None, _EpochSums, float]:
+    """One epoch: its counterfactuals (with ``search``), searched with the model as it stands at
+    the epoch's start, then a pass over the mini-batches; returns them, the sums and the
+    epoch's seconds (the slowest process's)."""
+    with t.opts.profiler.over(epoch):
+        t0 = time.perf_counter()
+        cf = None
+        if search is not None:
+            with t.opts.profiler.region("search"):
+                cf = epoch_counterfactuals(t.model, t.x_all, t.y_all, search, t.rng)
+        t.model.train()
+        chunks = None if search is None else search.chunks
+        sums = _train_epoch(
+            t.train_model, t.objective, t.loader, t.optimizer, t.device, epoch, cf, chunks, t.opts
+        )
+        distributed.sync_buffers(t.model)
+        synchronize(t.device)
+        seconds = distributed.max_over_ranks(time.perf_counter() - t0, t.device)
+    return cf, sums, seconds
+
+
+def _accuracies(
+    t: _Training, epoch: int, every: int, val_loader: Iterable | None
+) -> tuple[float | None, float | None]:
+    """Training and held-out accuracy every ``every`` epochs (None otherwise)."""
+    if epoch % every:
+        return None, None
+    acc = distributed.global_accuracy(t.model, t.x_all, t.y_all)
+    acc_val = None
+    if val_loader is not None:
+        x_val, y_val = (v.to(t.device) for v in training_tensors(val_loader))
+        acc_val = distributed.global_accuracy(t.model, x_val, y_val)
+    return acc, acc_val
+
+
+def _save(
+    t: _Training,
+    checkpoint_dir: str | Path,
+    epoch: int,
+    run: TrainingRun,
+    log: TrainingLog,
+    search: EpochSearch | None,
+) -> None:
+    """The epoch's checkpoint: the run's identity and every state a resumed run needs."""
+    save_checkpoint(
+        {
+            "epoch": epoch,
+            "run": run.record(),
+            "model": t.model.state_dict(),
+            "optimizer": t.optimizer.state_dict(),
+            "scaler": None if t.opts.scaler is None else t.opts.scaler.state_dict(),
+            "rng": rng_states(t.rng, t.loader),
+            "log": [asdict(r) for r in log],
+            "search_compile": None if search is None else search.plan,
+        },
+        checkpoint_dir,
+    )
+
+
+#: Below this share of valid counterfactuals, an epoch under mature="neighbour" warns.
+LOW_VALIDITY = 0.5
+
+
+class LowValidityWarning(UserWarning):
+    """Most of an epoch's counterfactuals were invalid, so CT's energy term was mostly zero."""
+
+
+def _warn_low_validity(record: EpochRecord) -> bool:
+    """Warn if ``record``'s counterfactuals were mostly invalid; True if it warned."""
+    if record.percent_valid >= LOW_VALIDITY:
+        return False
+    warnings.warn(
+        f"epoch {record.epoch}: only {record.percent_valid:.0%} of the counterfactuals were "
+        f"valid. Under mature='neighbour' (the CT paper's rule) an invalid counterfactual is "
+        f"replaced by its neighbour, so the energy differential was exactly zero for "
+        f"{1 - record.percent_valid:.0%} of them and CT trained mostly on its ridge and "
+        "adversarial terms. Let the search converge (a larger step_size or maxiter, a lower "
+        "tau or lambda_cost), or train with mature='raw' (CT.jl's Native branch). Warned once "
+        "per run.",
+        LowValidityWarning,
+        stacklevel=3,
+    )
+    return True
+
+
+def _record(
+    epoch: int,
+    accuracies: tuple[float | None, float | None],
+    time_taken: float,
+    sums: _EpochSums,
+    cf: CounterfactualBatch | None,
+) -> EpochRecord:
+    """The epoch's log entry: means over all batches of all processes; CT terms only when
+    counterfactuals exist."""
+    total = sums.totals(cf)
+    batches = total["batches"]
+    record = EpochRecord(
+        epoch=epoch,
+        acc=accuracies[0],
+        acc_val=accuracies[1],
+        train_loss=total["loss"] / batches if batches else float("nan"),
+        implaus=None,
+        reg_loss=None,
+        adv_loss=None,
+        time_taken=time_taken,
+        percent_valid=1.0,
+        avg_iter=0.0,
+        skipped_batches=sums.skipped,
+    )
+    if cf is not None:
+        n_valid = total["n_valid"]
+        record.implaus = total["implaus"] / batches
+        record.reg_loss = total["reg_loss"] / batches
+        record.adv_loss = total["adv_loss"] / batches
+        record.implaus_valid = total["implaus_valid_sum"] / n_valid if n_valid else None
+        record.percent_valid = n_valid / total["n_cf"]
+        record.avg_iter = total["iterations"] / total["n_cf"]
+    return record
+
+
+def _report(progress: EpochProgress, record: EpochRecord, verbose: int) -> None:
+    figures = {"loss": f"{record.train_loss:.3f}"}
+    if record.acc is not None:
+        figures["acc"] = f"{record.acc:.3f}"
+    if record.implaus is not None:
+        figures["implaus"] = f"{record.implaus:.3f}"
+    progress.update(record.epoch, figures)
+    if verbose == 2:
+        fields = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in asdict(record).items()
+        )
+        print(fields, flush=True)
