@@ -1,4 +1,5 @@
-"""Tests for cfbook.data: MNIST loading (offline, verified) and the on-device loader."""
+"""Tests for cfbook.data: MNIST loading (offline, verified), the on-device loader, the synthetic
+sets' MLJ distributions and split, and the tabular sets' split."""
 
 from __future__ import annotations
 
@@ -9,12 +10,27 @@ import struct
 import urllib.error
 import urllib.request
 from pathlib import Path
+from statistics import NormalDist
 
+import numpy as np
 import pytest
 import torch
+from sklearn.datasets import make_blobs
 
 import cfbook.data.paths as paths_module
-from cfbook.data import DeviceLoader, MNISTData, find_data_dir, load_mnist
+import cfbook.data.synthetic as synthetic
+from cfbook.data import (
+    DeviceLoader,
+    MNISTData,
+    find_data_dir,
+    load_circles,
+    load_gmsc,
+    load_linearly_separable,
+    load_mnist,
+    load_moons,
+    load_overlapping,
+)
+from cfbook.data.tabular import _csv_table, read_verified, split_rows
 
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 TEST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
@@ -341,3 +357,143 @@ def test_cuda_loading_and_loader_stay_on_the_gpu(test_root: Path) -> None:
     assert _epoch(resumed) == expected
     x, y = _indexed(100, device="cuda")
     assert sorted(_epoch(DeviceLoader(x, y, batch_size=16))) == list(range(100))
+
+
+# --- Training batch order: CTExperiments' Flux.DataLoader has shuffle=false ----------------------
+
+
+def test_unshuffled_loader_gives_the_same_row_order_batches_every_epoch_and_resumes() -> None:
+    loader = DeviceLoader(*_indexed(10), batch_size=4, shuffle=False, seed=3)
+    epochs = [[yb.tolist() for _, yb in loader] for _ in range(3)]
+    assert epochs[0] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]] == epochs[1] == epochs[2]
+    iterator = iter(loader)
+    next(iterator)
+    state = loader.state_dict()
+    resumed = DeviceLoader(*_indexed(10), batch_size=4, shuffle=False, seed=9)
+    resumed.load_state_dict(state)
+    assert [yb.tolist() for _, yb in resumed] == epochs[0][1:]
+    assert [yb.tolist() for _, yb in resumed] == epochs[0]
+    # Sharded: each process takes its contiguous part of every global batch, still in row order.
+    ranks = [DeviceLoader(*_indexed(10), 2, shuffle=False, rank=r, world_size=2) for r in (0, 1)]
+    for _ in range(2):
+        merged = [a.tolist() + b.tolist() for (_, a), (_, b) in zip(*ranks, strict=True)]
+        assert merged == epochs[0]
+
+
+# --- The synthetic sets: MLJBase's distributions, CTExperiments' get_data split ------------------
+
+
+def _synthetic_points(data) -> tuple[np.ndarray, np.ndarray]:
+    return torch.cat([data.x, data.x_test]).double().numpy(), torch.cat(
+        [data.y, data.y_test]
+    ).numpy()
+
+
+def _lda_accuracy(x: np.ndarray, y: np.ndarray, x_eval: np.ndarray, y_eval: np.ndarray) -> float:
+    """Fisher's linear discriminant with a pooled covariance, cut half-way between the means."""
+    m0, m1 = x[y == 0].mean(0), x[y == 1].mean(0)
+    pooled = np.cov(x[y == 0].T) * (y == 0).sum() + np.cov(x[y == 1].T) * (y == 1).sum()
+    w = np.linalg.solve(pooled / len(y), m1 - m0)
+    predicted = (x_eval - (m0 + m1) / 2) @ w > 0
+    return float((predicted == y_eval).mean())
+
+
+def test_the_blob_centres_are_mljs_for_seed_42() -> None:
+    centres = synthetic.MLJ_BLOB_CENTRES
+    assert centres[0] == pytest.approx([2.5869024629, -0.4518571313], abs=1e-9)
+    assert centres[1] == pytest.approx([-0.9932211881, 4.0625969801], abs=1e-9)
+    assert np.linalg.norm(centres[0] - centres[1]) == pytest.approx(5.7617, abs=1e-4)
+    for std, load in ((0.5, load_linearly_separable), (2.0, load_overlapping)):
+        x, y = _synthetic_points(load())
+        for c in (0, 1):  # class c sits at centre c with the cluster's standard deviation
+            assert x[y == c].mean(0) == pytest.approx(centres[c], abs=5 * std / np.sqrt(2000))
+            assert x[y == c].std(0) == pytest.approx([std, std], rel=0.1)
+
+
+def test_overlapping_is_as_hard_as_the_papers_bayes_accuracy() -> None:
+    d = np.linalg.norm(synthetic.MLJ_BLOB_CENTRES[0] - synthetic.MLJ_BLOB_CENTRES[1])
+    bayes = NormalDist().cdf(d / (2 * 2.0))
+    assert bayes == pytest.approx(0.925, abs=1e-3)
+    data = load_overlapping()
+    x, y = _synthetic_points(data)
+    accuracy = _lda_accuracy(data.x.double().numpy(), data.y.numpy(), x, y)
+    assert accuracy == pytest.approx(bayes, abs=0.02)  # sklearn's blobs: 0.994
+    separable = _synthetic_points(load_linearly_separable())
+    assert _lda_accuracy(*separable, *separable) > 0.999
+
+
+def test_moons_second_moon_is_mljs_unit_half_circle_below_0_3() -> None:
+    x, y = _synthetic_points(load_moons())
+    first, second = x[y == 0], x[y == 1]
+    radius = np.linalg.norm(second - [1.0, 0.3], axis=1)
+    assert radius.mean() == pytest.approx(1.0, abs=0.02) and radius.std() < 0.12
+    assert second[:, 1].mean() == pytest.approx(0.3 - 2 / np.pi, abs=0.02)  # t ~ U(0, pi)
+    assert (second[:, 1] > 0.3 + 0.3).mean() < 0.01  # below y = 0.3 up to three sds of noise
+    assert np.linalg.norm(first, axis=1).mean() == pytest.approx(1.0, abs=0.02)
+    assert first[:, 1].mean() == pytest.approx(2 / np.pi, abs=0.02)
+    assert (first[:, 1] < -0.3).mean() < 0.01
+
+
+def test_circles_class_0_is_the_inner_disc_and_class_1_the_unit_ring() -> None:
+    x, y = _synthetic_points(load_circles())
+    inner, outer = np.linalg.norm(x[y == 0], axis=1), np.linalg.norm(x[y == 1], axis=1)
+    # Radius 0.01 plus N(0, 0.15^2) noise per coordinate: a Rayleigh radius of mean 0.15 sqrt(pi/2).
+    assert inner.mean() == pytest.approx(0.15 * np.sqrt(np.pi / 2), abs=0.02)
+    assert outer.mean() == pytest.approx(1.0, abs=0.03) and outer.std() < 0.2
+    assert x[y == 1].mean(0) == pytest.approx([0.0, 0.0], abs=0.05)  # angles all round
+
+
+def test_mlj_generators_split_the_classes_equally() -> None:
+    rng = np.random.default_rng(0)
+    for _, y in (
+        synthetic.mlj_blobs(1000, 0.5, rng),
+        synthetic.mlj_circles(1000, 0.15, 0.01, rng),
+        synthetic.mlj_moons(1000, 0.1, rng),
+    ):
+        assert np.bincount(y).tolist() == [500, 500]
+    assert np.bincount(synthetic.mlj_blobs(7, 0.5, rng)[1]).tolist() == [3, 4]
+    for load in (load_linearly_separable, load_overlapping, load_circles, load_moons):
+        _, y = _synthetic_points(load())
+        assert 0.45 < y.mean() < 0.55
+
+
+def test_synthetic_split_is_get_datas_first_3600_and_last_900_of_a_permutation() -> None:
+    data = load_moons()
+    assert data.x.shape == (3600, 2) and data.x_test.shape == (900, 2)
+    x, y = synthetic.mlj_moons(synthetic.N_DRAWN, 0.1, np.random.default_rng(synthetic.DATA_SEED))
+    order = np.random.default_rng(synthetic.SPLIT_SEED).permutation(synthetic.N_DRAWN)
+    assert np.array_equal(data.x.numpy(), x[order[:3600]].astype(np.float32))
+    assert np.array_equal(data.x_test.numpy(), x[order[-900:]].astype(np.float32))
+    assert np.array_equal(data.y_test.numpy(), y[order[-900:]])
+    assert "MLJBase make_moons" in data.source and "first 3,600 train, last 900 test" in data.source
+    assert not np.array_equal(load_moons(seed=1).x.numpy(), data.x.numpy())
+
+
+def test_sklearn_generator_gives_the_previous_data_and_says_so() -> None:
+    data = load_overlapping(generator="sklearn")
+    x, y = make_blobs(4500, centers=2, cluster_std=2.0, random_state=42)
+    train, test = split_rows(4500)
+    assert np.array_equal(data.x.numpy(), x[train].astype(np.float32))
+    assert np.array_equal(data.y_test.numpy(), y[test])
+    assert data.source.startswith("sklearn make_blobs")
+    assert load_circles(generator="sklearn").source.startswith("sklearn make_circles")
+    assert load_moons(generator="sklearn").source.startswith("sklearn make_moons")
+    assert load_linearly_separable().source.startswith("MLJBase make_blobs")
+    with pytest.raises(ValueError, match="generator must be one of mlj, sklearn"):
+        load_moons(generator="julia")
+
+
+# --- The tabular split: TaijaData's apply_split, the first 80 % of the rows ----------------------
+
+
+def test_tabular_sets_train_on_the_first_80_percent_of_the_rows_unless_shuffled() -> None:
+    train, test = split_rows(10, shuffle=False)
+    assert train.tolist() == list(range(8)) and test.tolist() == [8, 9]
+    _, labels = _csv_table(read_verified("gmsc_balanced.csv.gz"), "target")
+    cut = round(0.8 * len(labels))
+    paper = load_gmsc()
+    assert paper.y.tolist() == labels[:cut].tolist()
+    assert paper.y_test.tolist() == labels[cut:].tolist()
+    shuffled = load_gmsc(shuffle=True)
+    rows, _ = split_rows(len(labels))
+    assert shuffled.y.tolist() == labels[rows].tolist() != paper.y.tolist()

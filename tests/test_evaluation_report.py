@@ -129,13 +129,13 @@ def test_gallery_text_counts_valid_searches_and_changed_pixels(pair):
 def test_the_gallery_says_which_search_made_it(pair):
     paper = gallery_search_text(pair[0]["gallery"])
     assert paper == (
-        "Both models' searches took steps of 0.25, up to 50 of them, stopping at a target "
+        "Both models' searches took steps of 0.1, up to 50 of them, stopping at a target "
         "probability of 0.95, with energy weight 1 and distance weight 0; a counterfactual counts "
         "as valid when the model gives its target at least probability 0.5."
     )
     assert paper in gallery_text(*pair)
     old = {**pair[0]["gallery"], "validity": "argmax"}
-    old["search"] = {**old["search"], "step_size": 0.1}
+    old["search"] = {**old["search"], "step_size": 0.25}
     text = gallery_search_text(old)
-    assert "steps of 0.1" in text and "most likely class is its target" in text
+    assert "steps of 0.25" in text and "most likely class is its target" in text
     assert "These are not the paper's test-time settings" in text

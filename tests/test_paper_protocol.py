@@ -29,7 +29,7 @@ def toy():
     return x, y
 
 
-def test_each_round_searches_what_each_model_predicts_as_the_factual_class(toy, monkeypatch):
+def test_individuals_keep_their_classes_across_runs_and_models(toy, monkeypatch):
     x, y = toy
     # The second model predicts by x2: its factuals differ from the first model's.
     models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
@@ -41,21 +41,70 @@ def test_each_round_searches_what_each_model_predicts_as_the_factual_class(toy, 
         return original(self, model, x0, target, **kwargs)
 
     monkeypatch.setattr(NativeGenerator, "generate", spy)
-    protocol = PaperProtocol(rounds=6, individuals=5, energy_weights=(0.1, 5.0), tau=0.9)
+    protocol = PaperProtocol(rounds=6, individuals=20, energy_weights=(0.1, 5.0), tau=0.9)
     out = paper_evaluate(models, x, y, protocol)
     assert len(calls) == 2 * 2  # one batched search per model and energy weight
-    for model, x0, target, weight, tau in calls:
-        assert x0.shape == (30, 2) and weight in (0.1, 5.0) and tau == 0.9
+    for i, (model, x0, target, weight, tau) in enumerate(calls):
+        assert x0.shape == (120, 2) and weight in (0.1, 5.0) and tau == 0.9
+        first = target[:20]
+        assert 0 < int(first.sum()) < 20  # classes are mixed within a run
         for r in range(6):
-            part = slice(5 * r, 5 * r + 5)
-            factual = 1 - int(target[part][0])  # two classes: the factual class is the other one
-            assert (target[part] == target[part][0]).all()  # one target class per round
-            assert (model(x0[part]).argmax(1) == factual).all()  # predicted as the factual class
+            part = slice(20 * r, 20 * r + 20)
+            assert torch.equal(target[part], first)  # fixed across runs
+            factual = 1 - target[part]  # two classes: the factual class is the other one
+            assert (model(x0[part]).argmax(1) == factual).all()  # predicted as the factual
+        # Both models of one energy weight search for the same individuals.
+        assert torch.equal(target, calls[i ^ 1][2])
+    assert not torch.equal(calls[0][2], calls[2][2])  # each energy weight draws its own
     for name in models:
         for values in out["per_round"][name].values():
             assert len(values) == 6
         assert all(0.0 <= v <= 1.0 for v in out["per_round"][name]["validity"])
     assert [w["energy_weight"] for w in out["by_weight"]["ct"]] == [0.1, 5.0]
+
+
+class _Step(nn.Module):
+    """Class 1 where x1 > 1.5; ``overshoot`` is how far beyond the target class's x1 the stub
+    search below puts its counterfactuals, per unit of energy weight."""
+
+    def __init__(self, overshoot: float) -> None:
+        super().__init__()
+        self.overshoot = overshoot
+
+    def forward(self, x):
+        z = (x[:, :1] - 1.5) * 10
+        return torch.cat([-z, z], 1)
+
+
+def test_a_hand_computed_evaluation(monkeypatch):
+    # Test points: class 0 at (0, 0), (0, 1); class 1 at (3, 0), (3, 1). The stub search moves
+    # x1 to the target class's 3 or 0, and the baseline's a further w (the energy weight) past
+    # it. CT: cost 3, and IP = mean L1 to the target class, |y - 0| + |y - 1| = 1 over two
+    # references: 0.5. Baseline at weight w: cost 3 + w, IP w + 0.5. Weights 1 and 2: the run's
+    # figures are their means, 4.5 and 2.0 (the last weight alone would give 5 and 2.5; IP against
+    # the factual class would give CT 3.5).
+    x = torch.tensor([[0.0, 0.0], [0.0, 1.0], [3.0, 0.0], [3.0, 1.0]])
+    y = torch.tensor([0, 0, 1, 1])
+
+    def stub(self, model, x0, target, **kwargs):
+        shift = 3.0 + model.overshoot * self.lambda_energy
+        cf = x0.clone()
+        cf[:, 0] = torch.where(target == 1, shift, 3.0 - shift)
+        return type("Found", (), {"counterfactual": cf})()
+
+    monkeypatch.setattr(NativeGenerator, "generate", stub)
+    protocol = PaperProtocol(rounds=3, individuals=4, energy_weights=(1.0, 2.0), ip_draws=2)
+    out = paper_evaluate({"ct": _Step(0.0), "baseline": _Step(1.0)}, x, y, protocol)
+    ct, baseline = out["per_round"]["ct"], out["per_round"]["baseline"]
+    assert ct["validity"] == [1.0] * 3 and baseline["validity"] == [1.0] * 3
+    assert ct["cost"] == pytest.approx([3.0] * 3) and ct["ip"] == pytest.approx([0.5] * 3)
+    assert baseline["cost"] == pytest.approx([4.5] * 3)
+    assert baseline["ip"] == pytest.approx([2.0] * 3)
+    weights = out["by_weight"]["baseline"]
+    assert [w["cost"] for w in weights] == pytest.approx([4.0, 5.0])
+    table = compare_models(out["per_round"], "ct", "baseline")
+    assert table["cost"]["reduction"] == pytest.approx(100 * (1 - 3.0 / 4.5))
+    assert table["ip"]["reduction"] == pytest.approx(75.0)
 
 
 def test_measures_use_valid_counterfactuals_against_the_test_set(toy):
@@ -80,3 +129,29 @@ def test_protocol_rejects_nonsense():
         PaperProtocol(rounds=0)
     with pytest.raises(ValueError, match="energy_weights"):
         PaperProtocol(energy_weights=())
+
+
+def test_one_hot_groups_reach_the_search_and_the_result(toy, monkeypatch):
+    x, y = toy
+    seen = []
+    original = NativeGenerator.generate
+
+    def spy(self, model, x0, target, **kwargs):
+        seen.append(kwargs.get("categorical", "absent"))
+        return original(self, model, x0, target, **kwargs)
+
+    monkeypatch.setattr(NativeGenerator, "generate", spy)
+    models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
+    protocol = PaperProtocol(rounds=2, individuals=4, energy_weights=(1.0,))
+    plain = paper_evaluate(models, x, y, protocol)
+    assert seen == ["absent", "absent"] and plain["categorical"] is None
+    seen.clear()
+    onehot = torch.nn.functional.one_hot(y, 2).float()  # a one-hot pair beside two numbers
+    wide = torch.cat([x, onehot], 1)
+    grouped = {name: nn.Sequential(nn.Linear(4, 2, bias=False), nn.Identity()) for name in models}
+    for net, old in zip(grouped.values(), models.values(), strict=True):
+        with torch.no_grad():
+            net[0].weight.zero_()
+            net[0].weight[:, :2] = old.weight
+    out = paper_evaluate(grouped, wide, y, protocol, categorical=[[2, 3]])
+    assert seen == [[[2, 3]]] * 2 and out["categorical"] == [[2, 3]]

@@ -8,37 +8,46 @@ import math
 import pytest
 import torch
 
-from cfbook.evaluation.rounds import draw_round
+from cfbook.evaluation.rounds import draw_individuals, draw_rows
 from cfbook.evaluation.statistics import compare_rounds, mean_se
 
 
-def test_a_round_searches_what_each_model_predicts_as_the_factual_class():
+def test_each_individual_has_a_factual_and_another_target_class():
+    predicted = {"ct": torch.tensor([0, 0, 1, 1, 2, 2, 2]), "baseline": torch.tensor([1, 0, 2])}
+    rng = torch.Generator().manual_seed(0)
+    people = draw_individuals(predicted, [0, 1, 2], 6000, rng)
+    assert (people.target != people.factual).all()
+    # Every ordered pair of distinct classes, each about 1/6 of the individuals.
+    pairs = [tuple(p) for p in torch.stack([people.factual, people.target], 1).tolist()]
+    counts = {p: pairs.count(p) for p in set(pairs)}
+    assert set(counts) == {(f, t) for f in range(3) for t in range(3) if f != t}
+    assert all(abs(c / 6000 - 1 / 6) < 0.02 for c in counts.values())
+
+
+def test_rows_are_what_the_model_predicts_as_each_individuals_factual_class():
     ct = torch.tensor([0, 0, 1, 1, 2, 2, 2])
-    baseline = torch.tensor([1, 0, 0, 2, 2, 1, 1])
     rng = torch.Generator().manual_seed(0)
-    seen = set()
-    for _ in range(200):
-        r = draw_round({"ct": ct, "baseline": baseline}, [0, 1, 2], 5, rng)
-        assert r.target != r.factual and {r.factual, r.target} <= {0, 1, 2}
-        assert (ct[r.rows["ct"]] == r.factual).all()
-        assert (baseline[r.rows["baseline"]] == r.factual).all()
-        assert r.rows["ct"].shape == (5,) == r.rows["baseline"].shape
-        seen.add((r.factual, r.target))
-    assert len(seen) == 6  # every ordered pair of distinct classes occurs
-    # With replacement: 5 rows from the two that CT predicts as class 0 repeat some.
-    r = draw_round({"ct": ct}, [0, 1], 5, torch.Generator().manual_seed(1))
-    assert r.rows["ct"].unique().numel() <= 2
+    factual = torch.tensor([2, 0, 1, 2, 0])
+    for _ in range(50):
+        rows = draw_rows(ct, factual, rng)
+        assert (ct[rows] == factual).all()
+    # With replacement: 40 rows for factual class 0 come from the two rows predicted as 0.
+    rows = draw_rows(ct, torch.zeros(40, dtype=torch.long), rng)
+    assert set(rows.tolist()) == {0, 1}
 
 
-def test_a_class_no_model_predicts_is_never_the_factual_class():
-    predicted = {"ct": torch.tensor([1, 1, 2]), "baseline": torch.tensor([1, 2, 2])}
+def test_a_class_some_model_never_predicts_is_never_a_factual_class():
+    predicted = {"ct": torch.tensor([1, 1, 2]), "baseline": torch.tensor([1, 2, 2, 0])}
     rng = torch.Generator().manual_seed(0)
-    factuals = {draw_round(predicted, [0, 1, 2], 3, rng).factual for _ in range(100)}
-    assert factuals == {1, 2}
-    with pytest.raises(ValueError, match="no class pair"):
-        draw_round({"ct": torch.tensor([2, 2])}, [0, 1], 3, rng)  # predicts neither class
+    people = draw_individuals(predicted, [0, 1, 2], 300, rng)
+    assert set(people.factual.tolist()) == {1, 2}
+    assert set(people.target.tolist()) == {0, 1, 2}  # targets may be any other class
+    with pytest.raises(ValueError, match="no class is predicted"):
+        draw_individuals({"ct": torch.tensor([2, 2])}, [0, 1], 3, rng)
     with pytest.raises(ValueError, match="at least two classes"):
-        draw_round({"ct": torch.tensor([0])}, [0], 1, rng)
+        draw_individuals({"ct": torch.tensor([0])}, [0], 1, rng)
+    with pytest.raises(ValueError, match="predicts class 0 for no test point"):
+        draw_rows(torch.tensor([1, 1]), torch.tensor([0]), rng)
 
 
 def test_compare_rounds_by_hand():

@@ -9,6 +9,7 @@ Examples::
     python -m cfbook.commands.paper --evaluate adult:0  # one evaluation, once its cells exist
     python -m cfbook.commands.paper --merge-only        # rebuild results.json from what is there
     python -m cfbook.commands.paper --objectives energy,adversarial --ig  # + ablation and IG
+    python -m cfbook.commands.paper --variant sklearn_data  # one departure from the paper
     python -m cfbook.commands.paper --list              # the cells and their numbers
     bash scripts/slurm-paper.sh --dry-run               # the same grid as SLURM job arrays
 """
@@ -19,6 +20,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from cfbook.data import find_data_dir
 from cfbook.device import detect_device
@@ -33,7 +36,7 @@ from cfbook.paper.grid import (
 )
 from cfbook.paper.knobs import KNOB_DATA, run_knobs
 from cfbook.paper.merge import merge_results
-from cfbook.paper.settings import ExperimentData, load_experiment_data
+from cfbook.paper.settings import VARIANTS, ExperimentData, Variant, load_experiment_data
 from cfbook.paper.two_d import write_two_d
 from cfbook.progress import format_duration
 
@@ -64,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--knobs", action="store_true", help="the knob study on moons and MNIST (knobs.json)"
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        choices=list(VARIANTS),
+        help="run one departure from the paper's setup into <out>/variants/<name> (repeatable)",
+    )
     p.add_argument("--list", action="store_true", help="print the cells and exit")
     p.add_argument("--list-evaluations", action="store_true", help="print the evaluations")
     p.add_argument("--train-task", type=int, help="train the N-th cell of the list (SLURM array)")
@@ -78,12 +87,43 @@ def _evaluation(text: str) -> tuple[str, int]:
     return key, int(seed)
 
 
+def run_variant(
+    variant: Variant, scale: Scale, out: Path, device: torch.device, data: list[str] | None
+) -> Path:
+    """Train (when it must) and evaluate ``variant`` on its data sets into
+    ``out/variants/<name>``, evaluating the paper setup's own models when it changes only the
+    test-time search; returns its merged ``results.json``."""
+    here = out / "variants" / variant.name
+    keys = [k for k in variant.data if data is None or k in data]
+    start = time.perf_counter()
+    for key in keys:
+        loaded = load_experiment_data(key, device, variant)
+        if variant.retrains:
+            for cell in grid_cells(scale, [key]):
+                result = run_cell(cell, scale, here, device=device, data=loaded, variant=variant)
+                print(f"  {variant.name} {cell.name}: {result['seconds']:.0f} s", flush=True)
+        for seed in range(scale.seeds):
+            cells = None if variant.retrains else out / "cells"
+            result = run_evaluation(
+                key, seed, scale, here, device=device, data=loaded, variant=variant, cells=cells
+            )
+            print(f"  {variant.name} evaluation {key}:{seed}: {result['seconds']:.0f} s")
+    path = merge_results(here)
+    print(f"{variant.name}: {format_duration(time.perf_counter() - start)}, merged into {path}")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     seeds = args.seeds
     scale = Scale.smoke(seeds or 2) if args.smoke else Scale.paper(seeds or 3)
     out = args.out or find_data_dir() / ("reproduction-smoke" if args.smoke else "reproduction")
     data = args.data.split(",") if args.data else None
+    if args.variant:
+        device = detect_device(args.device, verbose=False)
+        for name in args.variant:
+            run_variant(VARIANTS[name], scale, out, device, data)
+        return 0
     ablation = False
     if args.objectives:
         asked = set(args.objectives.split(","))

@@ -1,7 +1,9 @@
 """Tabular data sets as on-device tensors, preprocessed as the CT paper's experiments do.
 
-Every loader returns a :class:`TabularData`: a seeded train/test split (80/20, as in CT.jl),
-numeric features standardised with the training part's mean and standard deviation, categorical
+Every loader returns a :class:`TabularData`: the paper's train/test split (the first 80 % of
+the file's rows train, the rest test, unshuffled, as TaijaData.jl's ``apply_split`` cuts them for
+the CT experiments; ``shuffle=True`` shuffles them first, seeded), numeric features standardised
+with the training part's mean and standard deviation, categorical
 features one-hot encoded in place (their columns where the feature stood), the domain inferred per
 column from the training part as CT.jl's ``infer_domain_constraints`` does, and mutability by
 feature name, a protected categorical covering all of its columns.
@@ -17,7 +19,7 @@ import gzip
 import hashlib
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +72,8 @@ class TabularData:
     """A tabular data set on one device: ``x`` (n, d) float32 and ``y`` int64 labels for
     training, ``x_test`` / ``y_test`` held out. ``features`` maps each original feature to its
     columns (one for a numeric feature, one per level for a categorical one); ``columns`` names
-    every column; ``domain`` bounds each column."""
+    every column; ``domain`` bounds each column; ``one_hot`` maps each categorical feature to
+    its one-hot columns (see ``categorical_groups``)."""
 
     name: str
     x: torch.Tensor
@@ -81,6 +84,29 @@ class TabularData:
     features: dict[str, list[int]]
     domain: list[tuple[float, float]]
     source: str
+    one_hot: dict[str, list[int]] = field(default_factory=dict)
+
+    def categorical_groups(self, substring_match: bool = True) -> list[list[int]]:
+        """The one-hot groups for the search (``generate(..., categorical=...)``), one list of
+        column indices per categorical feature; [] when there are none.
+
+        ``substring_match=True`` (default) gives the groups that the CT paper's experiments pass
+        to the test-time search: CTExperiments' ``get_cats`` (``tabular.jl``) takes them from
+        TaijaData.jl, whose ``get_categorical_indices`` (``src/utils.jl``) puts into a feature's
+        group every column whose name contains the feature's name, so that Adult's
+        ``education`` group also takes the numeric ``education_num`` column: the decoding then
+        sets it to 0 or 1, and where its standardised value exceeds 1 (a quarter of Adult's
+        rows) picks it over every education level, leaving none. ``False``: each categorical
+        feature's own one-hot columns only. The two differ only where a column name contains a
+        categorical feature's name (of the shipped data sets, only in Adult). A group must be
+        wholly mutable or wholly immutable: with the default, protect ``education`` and
+        ``education_num`` together."""
+        if not substring_match:
+            return [list(cols) for cols in self.one_hot.values()]
+        return [
+            [c for c, name in enumerate(self.columns) if feature in name]
+            for feature in self.one_hot
+        ]
 
     def mutability(self, immutable: Sequence[str] = ()) -> list[str]:
         """Per-column mutability for the search: ``"none"`` for every column of the features
@@ -131,9 +157,16 @@ def infer_domain(x: np.ndarray) -> list[tuple[float, float]]:
     return [(float(a), float(b)) for a, b in zip(low, high, strict=True)]
 
 
-def split_rows(n: int, seed: int = SPLIT_SEED) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded shuffle of ``n`` rows cut into the training and the test rows (80/20)."""
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
+def split_rows(
+    n: int, seed: int = SPLIT_SEED, shuffle: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows cut into the training and the test rows (80/20): a seeded shuffle first,
+    or with ``shuffle=False`` the first ``round(0.8 n)`` rows in order (TaijaData's
+    ``apply_split``, which the CT experiments use)."""
+    if not shuffle:
+        order = np.arange(n)
+    else:
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
     cut = round(TRAIN_SHARE * n)
     return order[:cut], order[cut:]
 
@@ -148,12 +181,15 @@ def build(
     device: torch.device | str = "cpu",
     seed: int = SPLIT_SEED,
     standardise: bool = True,
+    shuffle: bool = True,
 ) -> TabularData:
-    """Split, standardise the numeric features on the training rows (unless ``standardise`` is
-    False), one-hot encode the categorical ones in place, infer the domain, and move it all to
+    """Split (see :func:`split_rows`: seeded, or in row order with ``shuffle=False``),
+    standardise the numeric features on the training rows (unless ``standardise`` is False),
+    one-hot encode the categorical ones in place, infer the domain, and move it all to
     ``device``."""
-    train, test = split_rows(len(labels), seed)
+    train, test = split_rows(len(labels), seed, shuffle)
     blocks, columns, features = [], [], {}
+    one_hot: dict[str, list[int]] = {}  # the categorical features' one-hot columns
     for feature, values in table.items():
         start = len(columns)
         if feature in categorical:
@@ -170,6 +206,8 @@ def build(
             blocks.append(col[:, None])
             columns.append(feature)
         features[feature] = list(range(start, len(columns)))
+        if feature in categorical:
+            one_hot[feature] = features[feature]
     x = torch.as_tensor(np.concatenate(blocks, axis=1), dtype=torch.float32)
     y = torch.as_tensor(labels, dtype=torch.long)
     train_rows, test_rows = torch.as_tensor(train), torch.as_tensor(test)
@@ -181,6 +219,7 @@ def build(
         y_test=y[test_rows].to(device),
         columns=columns,
         features=features,
+        one_hot=one_hot,
         domain=infer_domain(x[train_rows].double().numpy()),
         source=source,
     )
@@ -194,35 +233,58 @@ def _csv_table(text: str, target: str) -> tuple[dict[str, list[str]], np.ndarray
 
 
 def load_california_housing(
-    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+    data_dir: str | Path | None = None,
+    device: torch.device | str = "cpu",
+    shuffle: bool = False,
 ) -> TabularData:
     """California housing (Pace and Barry, 1997): 8 numeric features; 1 = median house value
     at or above the median; 20,630 rows, balanced."""
     table, y = _csv_table(read_verified("california_housing_balanced.csv.gz", data_dir), "target")
-    return build("california_housing", table, y, source="CT.jl's balanced CSV", device=device)
+    return build(
+        "california_housing",
+        table,
+        y,
+        source="CT.jl's balanced CSV",
+        device=device,
+        shuffle=shuffle,
+    )
 
 
 def load_credit_default(
-    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+    data_dir: str | Path | None = None,
+    device: torch.device | str = "cpu",
+    shuffle: bool = False,
 ) -> TabularData:
     """Default of credit card clients (Yeh, 2009): 23 features, SEX, EDUCATION and MARRIAGE
     categorical (AGE is then column 15, as in the paper); 1 = no default; 13,272 rows."""
     table, y = _csv_table(read_verified("credit_default_balanced.csv.gz", data_dir), "target")
     cats = ("SEX", "EDUCATION", "MARRIAGE")
-    return build("credit_default", table, y, cats, source="CT.jl's balanced CSV", device=device)
+    return build(
+        "credit_default",
+        table,
+        y,
+        cats,
+        source="CT.jl's balanced CSV",
+        device=device,
+        shuffle=shuffle,
+    )
 
 
 def load_gmsc(
-    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+    data_dir: str | Path | None = None,
+    device: torch.device | str = "cpu",
+    shuffle: bool = False,
 ) -> TabularData:
     """Give Me Some Credit (Kaggle, 2011): 10 numeric features; 1 = no serious delinquency;
     16,714 rows, balanced, rows with missing values dropped."""
     table, y = _csv_table(read_verified("gmsc_balanced.csv.gz", data_dir), "target")
-    return build("gmsc", table, y, source="CT.jl's balanced CSV", device=device)
+    return build("gmsc", table, y, source="CT.jl's balanced CSV", device=device, shuffle=shuffle)
 
 
 def load_adult(
-    data_dir: str | Path | None = None, device: torch.device | str = "cpu"
+    data_dir: str | Path | None = None,
+    device: torch.device | str = "cpu",
+    shuffle: bool = False,
 ) -> TabularData:
     """UCI Adult (Becker and Kohavi, 1996), its training file (32,561 rows) as the paper uses
     it: 6 numeric and 8 categorical features ("?" is a level of its own); 1 = income > 50K.
@@ -233,4 +295,12 @@ def load_adult(
     rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
     table = {c: [r[i] for r in rows] for i, c in enumerate(ADULT_COLUMNS)}
     y = np.array([int(r[-1] == ">50K") for r in rows])
-    return build("adult", table, y, ADULT_CATEGORICAL, source="UCI adult.data", device=device)
+    return build(
+        "adult",
+        table,
+        y,
+        ADULT_CATEGORICAL,
+        source="UCI adult.data",
+        device=device,
+        shuffle=shuffle,
+    )

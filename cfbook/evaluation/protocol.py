@@ -1,9 +1,10 @@
-"""The CT paper's test-time protocol, batched: rounds of class pairs, five test-time energy
-weights, measures on valid counterfactuals against the test set, CT - baseline per round. It is
-cfbook's one evaluation of counterfactuals: the grid's and the book's comparisons run it.
+"""The CT paper's test-time protocol, batched: individuals with fixed class pairs, runs that
+draw each model's factuals, five test-time energy weights, measures on valid counterfactuals
+against the test set, CT - baseline per run. It is cfbook's one evaluation of counterfactuals:
+the grid's and the book's comparisons run it.
 
 CT.jl runs one ``benchmark`` per test-time energy weight (``evaluation_1..5/eval_config.toml``),
-each of ``n_runs`` = 100 rounds of ``n_individuals`` factuals per model. Here every round of one
+each of ``n_runs`` = 100 runs of ``n_individuals`` factuals per model. Here every run of one
 energy weight is searched in a single batch per model, so a whole evaluation is
 ``2 x len(energy_weights)`` searches rather than thousands of small ones (a search's rows are
 independent, so batching them changes no result).
@@ -19,9 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.evaluation.metrics import cost, implausibility, ip_star, is_valid, predict
-from cfbook.evaluation.rounds import Round, draw_round
+from cfbook.evaluation.rounds import draw_individuals, draw_rows
 from cfbook.evaluation.statistics import mean_of
-from cfbook.search.constraints import Domain, Mutability
+from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.generators import NativeGenerator
 from cfbook.search.targets import label_levels
 
@@ -31,24 +32,31 @@ LENGTH_SCALES = (5.0, 0.5)
 
 @dataclass(frozen=True)
 class PaperProtocol:
-    """Test-time settings of the paper (``eval_config.toml``): ``rounds`` rounds per energy
+    """Test-time settings of the paper (``eval_config.toml``): ``rounds`` runs per energy
     weight of ``individuals`` factuals per model (250 synthetic, 100 tabular, 25 MNIST); an ECCo
-    search with lambda_cost 0 and step 0.25 that stops at target probability ``tau`` (0.95; 0.5
-    in the mutability experiment) or after ``maxiter`` steps. A counterfactual is valid when its
-    target probability reaches 0.5 (CE.jl's ``validity``). IP averages the L1 distance to up to
-    ``ip_draws`` target-class test points; IP* is the unbiased MMD^2 against ``mmd_samples`` of
-    them, at each of ``length_scales``."""
+    search with lambda_cost 0 that stops at target probability ``tau`` (0.95; 0.5 in the
+    mutability experiment) or after ``maxiter`` steps, at plain gradient steps of 0.1: the
+    configuration's ``lr = 0.25`` is never read, CTExperiments builds the optimiser as Flux's
+    ``Descent()``, whose default step is 0.1 (``training_params.jl``, ``get_opt``). A
+    counterfactual is valid when its target probability reaches 0.5 (CE.jl's ``validity``). IP
+    averages the L1 distance to up to ``ip_draws`` target-class test points; IP* is the unbiased
+    MMD^2 of up to ``mmd_samples`` counterfactuals per target class against as many test points
+    of that class (CTExperiments: ``compute_divergence(...; nsamples=ndiv=100)``), at each of
+    ``length_scales``: 5.0, the code's (``globals.jl``), decides; 0.5, the text's, is reported
+    as a sensitivity. ``categorical_gradient`` is how a search given one-hot groups steps
+    (``NativeGenerator``; "frozen" as CE.jl)."""
 
     rounds: int = 100
     individuals: int = 100
     energy_weights: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0, 10.0)
     tau: float = 0.95
     maxiter: int = 50
-    step_size: float = 0.25
+    step_size: float = 0.1
     ip_draws: int = 1000
     mmd_samples: int = 100
     length_scales: tuple[float, ...] = LENGTH_SCALES
     seed: int = 2025
+    categorical_gradient: str = "frozen"
 
     def __post_init__(self) -> None:
         for name in ("rounds", "individuals", "maxiter", "ip_draws", "mmd_samples"):
@@ -66,30 +74,61 @@ class PaperProtocol:
             lambda_cost=0.0,
             lambda_energy=lambda_energy,
             step_size=self.step_size,
+            categorical_gradient=self.categorical_gradient,
         )
 
 
-def _round_measures(
+def _references(
+    x_test: Tensor, y_test: Tensor, levels: list[int], protocol: PaperProtocol, rng: torch.Generator
+) -> list[dict[int, tuple[Tensor, Tensor]]]:
+    """Per run and target class, the test points IP (up to ``ip_draws``) and IP* (up to
+    ``mmd_samples``) compare with: drawn once for all models, so that CT and the baseline meet
+    the same reference points in each run."""
+    members = {c: x_test[y_test == c] for c in levels}
+    runs = []
+    for _ in range(protocol.rounds):
+        run = {}
+        for c, m in members.items():
+            pick = torch.randperm(m.shape[0], generator=rng).to(m.device)
+            run[c] = (m[pick[: protocol.ip_draws]], m[pick[: protocol.mmd_samples]])
+        runs.append(run)
+    return runs
+
+
+def _run_measures(
     x0: Tensor,
     cf: Tensor,
     valid: Tensor,
-    members: Tensor,
+    target: Tensor,
+    references: dict[int, tuple[Tensor, Tensor]],
     protocol: PaperProtocol,
     rng: torch.Generator,
 ) -> dict[str, float | None]:
-    """One round of one model at one energy weight: validity over all its factuals, the other
-    measures over its valid counterfactuals (None when it has none, or fewer than two for IP*)."""
+    """One run of one model at one energy weight: validity over all its individuals, the other
+    measures over the valid counterfactuals (None when there are none). IP is each valid
+    counterfactual's mean L1 distance to target-class test points, averaged; IP* is, per target
+    class, the MMD^2 of up to ``mmd_samples`` of its valid counterfactuals against as many
+    test points of that class, averaged over the classes with at least two of them."""
     out: dict[str, float | None] = {"validity": float(valid.float().mean())}
-    cf, x0 = cf[valid], x0[valid]
-    n_valid = cf.shape[0]
-    out["cost"] = float(cost(x0, cf).mean()) if n_valid else None
-    pick = torch.randperm(members.shape[0], generator=rng)
-    near = members[pick[: protocol.ip_draws].to(members.device)]
-    out["ip"] = implausibility(cf, near) if n_valid else None
-    sample = members[pick[: protocol.mmd_samples].to(members.device)]
-    for scale in protocol.length_scales:
-        ok = n_valid >= 2 and sample.shape[0] >= 2
-        out[ip_star_key(scale)] = ip_star(cf, sample, scale) if ok else None
+    keep = valid.nonzero().flatten()
+    out["cost"] = float(cost(x0[keep], cf[keep]).mean()) if keep.numel() else None
+    ip_sum, ip_count = 0.0, 0
+    stars: dict[float, list[float]] = {scale: [] for scale in protocol.length_scales}
+    valid_targets = target[keep]
+    for c in valid_targets.unique().tolist():
+        mine = cf[keep[valid_targets == c]]
+        near, sample = references[c]
+        if not near.shape[0]:
+            continue
+        ip_sum += implausibility(mine, near) * mine.shape[0]
+        ip_count += mine.shape[0]
+        if mine.shape[0] >= 2 and sample.shape[0] >= 2:
+            pick = torch.randperm(mine.shape[0], generator=rng)[: protocol.mmd_samples]
+            for scale in protocol.length_scales:
+                stars[scale].append(ip_star(mine[pick.to(mine.device)], sample, scale))
+    out["ip"] = ip_sum / ip_count if ip_count else None
+    for scale, values in stars.items():
+        out[ip_star_key(scale)] = sum(values) / len(values) if values else None
     return out
 
 
@@ -106,48 +145,54 @@ def paper_evaluate(
     *,
     domain: Domain = None,
     mutability: Mutability = None,
+    categorical: Categorical = None,
 ) -> dict[str, Any]:
-    """Counterfactual measures of each model under the paper's protocol, per round.
+    """Counterfactual measures of each model under the paper's protocol, per run.
 
-    For each energy weight, ``protocol.rounds`` rounds are drawn (a factual and a target class,
-    then for each model test points it predicts as the factual class, with replacement); each
-    model's rounds are searched in one batch. A round's figure for a model is the mean over
-    energy weights of its per-weight means (CT.jl averages out ``lambda_energy_eval`` before it
-    compares objectives). Returns ``{"per_round": {model: {measure: [value or None per round]}},
-    "by_weight": {model: [{"energy_weight": w, measure: mean over rounds, ...} per weight]},
-    "protocol": ...}``.
+    For each energy weight (one CE.jl ``benchmark`` each), ``protocol.individuals`` individuals
+    get a factual and a target class, once; each of ``protocol.rounds`` runs then draws, per
+    model, a test point it predicts as each individual's factual class
+    (``cfbook.evaluation.rounds``). Each model's runs are searched in one batch. A run's figure
+    for a model is the mean over energy weights of its per-weight figures (CT.jl averages out
+    ``lambda_energy_eval`` before it compares objectives). ``categorical`` (one-hot column
+    groups) is decoded at every search step and the measures use the decoded point, as CE.jl
+    does with ``features_categorical``. Returns ``{"per_round": {model:
+    {measure: [value or None per run]}}, "by_weight": {model: [{"energy_weight": w, measure:
+    mean over runs, ...} per weight]}, "protocol": ...}``.
     """
     if len(models) < 1:
         raise ValueError("paper_evaluate needs at least one model")
     rng = torch.Generator().manual_seed(protocol.seed)
     levels = label_levels(y_test).tolist()
     predicted = {name: predict(model, x_test) for name, model in models.items()}
-    members = {c: x_test[y_test == c] for c in levels}
     keys = ("validity", "cost", "ip", *map(ip_star_key, protocol.length_scales))
     per_weight: dict[str, dict[float, dict[str, list[float | None]]]] = {m: {} for m in models}
+    n = protocol.individuals
     for weight in protocol.energy_weights:
-        rounds: list[Round] = [
-            draw_round(predicted, levels, protocol.individuals, rng) for _ in range(protocol.rounds)
-        ]
-        target = torch.tensor(
-            [r.target for r in rounds for _ in range(protocol.individuals)], device=x_test.device
-        )
+        people = draw_individuals(predicted, levels, n, rng)
+        rows = {
+            name: torch.cat([draw_rows(p, people.factual, rng) for _ in range(protocol.rounds)])
+            for name, p in predicted.items()
+        }
+        references = _references(x_test, y_test, levels, protocol, rng)
+        target = people.target.repeat(protocol.rounds).to(x_test.device)
         for name, model in models.items():
-            rows = torch.cat([r.rows[name] for r in rounds]).to(x_test.device)
-            x0 = x_test[rows]
+            x0 = x_test[rows[name].to(x_test.device)]
+            # Only a search with one-hot groups needs the keyword: other generators keep working.
+            extra = {"categorical": categorical} if categorical else {}
             found = protocol.generator(weight).generate(
-                model, x0, target, domain=domain, mutability=mutability
+                model, x0, target, domain=domain, mutability=mutability, **extra
             )
             valid = is_valid(model, found.counterfactual, target)
             figures: dict[str, list[float | None]] = {k: [] for k in keys}
-            n = protocol.individuals
-            for i, r in enumerate(rounds):
-                part = slice(i * n, (i + 1) * n)
-                got = _round_measures(
+            for r in range(protocol.rounds):
+                part = slice(r * n, (r + 1) * n)
+                got = _run_measures(
                     x0[part],
                     found.counterfactual[part],
                     valid[part],
-                    members[r.target],
+                    target[part],
+                    references[r],
                     protocol,
                     rng,
                 )
@@ -171,4 +216,9 @@ def paper_evaluate(
         ]
         for name in models
     }
-    return {"protocol": asdict(protocol), "per_round": per_round, "by_weight": by_weight}
+    return {
+        "protocol": asdict(protocol),
+        "categorical": [list(g) for g in categorical] if categorical else None,
+        "per_round": per_round,
+        "by_weight": by_weight,
+    }

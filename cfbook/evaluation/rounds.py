@@ -1,7 +1,10 @@
-"""The paper's evaluation rounds: each draws a factual class and a target class, then, for each
-model, test points that the model predicts as the factual class (with replacement), so the
-models are compared on what each of them takes to be the factual class
-(``../shared/reference/PAPER.md``; CT.jl, ``paper/experiments/CTExperiments/src/``)."""
+"""The paper's evaluation design, as the code that made its numbers draws it
+(CounterfactualExplanations.jl ``src/evaluation/benchmark.jl``, ``benchmark(data; ...)``, which
+CTExperiments calls without a ``factual`` or ``target``): each individual gets a factual class
+and a different target class, drawn once, before the runs, and kept across them; each run then
+draws, for each model and individual, a test point that the model predicts as that individual's
+factual class (with replacement). Classes are therefore mixed within a run and fixed across runs,
+and each model is searched on what it takes to be the factual class."""
 
 from __future__ import annotations
 
@@ -13,36 +16,50 @@ from torch import Tensor
 
 
 @dataclass(frozen=True)
-class Round:
-    """One evaluation round: the class pair, and per model the test rows it searches."""
+class Individuals:
+    """The per-individual factual and target classes of one benchmark (one energy weight)."""
 
-    factual: int
-    target: int
-    rows: dict[str, Tensor]
+    factual: Tensor
+    target: Tensor
 
 
-def draw_round(
+def draw_individuals(
     predicted: Mapping[str, Tensor], levels: Sequence[int], n: int, rng: torch.Generator
-) -> Round:
-    """A factual class and a different target class, uniform over ``levels``, and for each
-    model ``n`` test rows drawn with replacement among those it predicts as the factual class.
-    A class pair that some model never predicts as the factual class is drawn again."""
+) -> Individuals:
+    """``n`` factual classes uniform over ``levels`` and, for each, a target class uniform over
+    the others (``rand(data.y_levels, n)``, then ``rand(levels .!= factual[i])``).
+
+    CE.jl errors when a model never predicts an individual's factual class; here the factual
+    classes are drawn among the classes every model predicts for some test point, and an error
+    names the problem when fewer than one such class is left."""
     if len(levels) < 2:
-        raise ValueError(f"a round needs at least two classes, got {list(levels)}")
+        raise ValueError(f"the evaluation needs at least two classes, got {list(levels)}")
     predicted = {name: p.cpu() for name, p in predicted.items()}
-    for _ in range(100 * len(levels)):
-        i, j = torch.randint(len(levels), (2,), generator=rng).tolist()
-        if i == j:
-            continue
-        factual, target = int(levels[i]), int(levels[j])
-        members = {name: (p == factual).nonzero().flatten() for name, p in predicted.items()}
-        if all(m.numel() for m in members.values()):
-            picks = {
-                name: m[torch.randint(m.numel(), (n,), generator=rng)]
-                for name, m in members.items()
-            }
-            return Round(factual, target, picks)
-    raise ValueError(
-        "no class pair found whose factual class every model predicts for some test point: "
-        "check the models and the test data"
-    )
+    usable = [c for c in levels if all(bool((p == c).any()) for p in predicted.values())]
+    if not usable:
+        raise ValueError(
+            "no class is predicted for some test point by every model, so no factual can be "
+            "drawn: check the models and the test data"
+        )
+    usable_t = torch.tensor(usable)
+    factual = usable_t[torch.randint(len(usable), (n,), generator=rng)]
+    levels_t = torch.tensor(list(levels))
+    # A uniform pick among the other len(levels) - 1 classes: skip the factual's own position.
+    pick = torch.randint(len(levels) - 1, (n,), generator=rng)
+    position = (levels_t[None, :] == factual[:, None]).int().argmax(1)
+    target = levels_t[pick + (pick >= position).long()]
+    return Individuals(factual, target)
+
+
+def draw_rows(predicted: Tensor, factual: Tensor, rng: torch.Generator) -> Tensor:
+    """For each individual, a test row the model predicts as its factual class, drawn with
+    replacement among those rows (CE.jl: ``rand(findall(yhat .== factual[i]))``)."""
+    predicted = predicted.cpu()
+    rows = torch.empty(factual.shape[0], dtype=torch.long)
+    for c in factual.unique().tolist():
+        where = factual == c
+        members = (predicted == c).nonzero().flatten()
+        if not members.numel():
+            raise ValueError(f"the model predicts class {c} for no test point")
+        rows[where] = members[torch.randint(members.numel(), (int(where.sum()),), generator=rng)]
+    return rows

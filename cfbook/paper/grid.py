@@ -45,9 +45,11 @@ from cfbook.paper.settings import (
     EXPERIMENTS,
     HIDDEN,
     LR,
+    PAPER_SETUP,
     SEARCH,
     TEST_TAU,
     ExperimentData,
+    Variant,
     check_key,
     load_experiment_data,
 )
@@ -130,9 +132,16 @@ def grid_cells(
     return cells
 
 
-def cell_config(cell: Cell, scale: Scale) -> dict[str, Any]:
-    """Everything that decides a cell's result; a saved result must match it to be reused."""
+def cell_config(cell: Cell, scale: Scale, variant: Variant = PAPER_SETUP) -> dict[str, Any]:
+    """Everything that decides a cell's result; a saved result must match it to be reused. A
+    ``variant`` that retrains names itself and its changes (the paper's cells stay as they are)."""
     config = _paper_config(cell, scale)
+    if variant.retrains:
+        config["variant"] = variant.name
+        config["shuffle"] = variant.shuffle
+        config["generator"] = variant.generator
+        if config["search"] is not None:
+            config["search"] = {**config["search"], "step_size": variant.step_size}
     for knob, value in cell.overrides:
         if knob == "nce":
             config["nce"] = int(value)
@@ -152,6 +161,7 @@ def _paper_config(cell: Cell, scale: Scale) -> dict[str, Any]:
         "epochs": scale.epochs,
         "n_train": _cap(e.n_train, scale.max_train),
         "batch_size": e.batch_size,
+        "shuffle": False,
         "nce": _cap(e.nce, scale.max_nce) if cell.training != "vanilla" else None,
         "lambdas": list(e.lambdas(cell.training)) if cell.training != "vanilla" else None,
         "search": {**SEARCH, "tau": e.tau} if cell.training != "vanilla" else None,
@@ -204,19 +214,23 @@ def run_cell(
     data: ExperimentData | None = None,
     force: bool = False,
     report: Callable[[str], None] = print,
+    variant: Variant = PAPER_SETUP,
 ) -> dict[str, Any]:
     """Train one cell (or reuse its saved result) and return its result file's content."""
-    config = cell_config(cell, scale)
+    config = cell_config(cell, scale, variant)
     result_path = out / "cells" / f"{cell.name}.json"
     saved = _reusable(result_path, config, force)
     if saved is not None:
         return saved
-    data = data if data is not None else load_experiment_data(cell.data, device)
+    data = data if data is not None else load_experiment_data(cell.data, device, variant)
     n = config["n_train"]
     torch.manual_seed(cell.seed)
     model = _model(data).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    loader = DeviceLoader(data.x[:n], data.y[:n], config["batch_size"], seed=cell.seed)
+    # CTExperiments' Flux.DataLoader keeps its default shuffle=false: the same batches each epoch.
+    loader = DeviceLoader(
+        data.x[:n], data.y[:n], config["batch_size"], seed=cell.seed, shuffle=config["shuffle"]
+    )
     if cell.training == "vanilla":
         objective, generator, mutability = VanillaObjective(), NativeGenerator(), None
     else:
@@ -265,15 +279,25 @@ def run_cell(
     return result
 
 
-def evaluation_config(data: str, seed: int, scale: Scale) -> dict[str, Any]:
+def evaluation_config(
+    data: str, seed: int, scale: Scale, variant: Variant = PAPER_SETUP
+) -> dict[str, Any]:
     e = EXPERIMENTS[data]
+    extra = {} if variant == PAPER_SETUP else {"variant": _variant_fields(variant)}
     return {
+        **extra,
         "data": data,
         "seed": seed,
-        "cells": {t: cell_config(Cell(0, data, t, seed), scale) for t in TRAININGS},
+        "cells": {t: cell_config(Cell(0, data, t, seed), scale, variant) for t in TRAININGS},
         "rounds": scale.rounds,
         "individuals": _cap(e.individuals, scale.max_individuals),
         "attack_rows": scale.max_attack,
+        # The evaluation design and the search it runs (step 0.1, per-individual classes, MMD
+        # per target class, one-hot groups decoded as CE.jl's with CT.jl's groups).
+        "protocol": {
+            "design": 2,
+            "categorical": "get_cats, frozen" if e.kind == "tabular" else None,
+        },
     }
 
 
@@ -281,14 +305,15 @@ def _trained(
     key: str,
     seed: int,
     trainings: Sequence[str],
-    out: Path,
+    cells: Path,
     data: ExperimentData,
     device: torch.device,
 ) -> dict[str, nn.Module]:
-    """The trained models of (``key``, ``seed``), in eval mode; an error names a missing one."""
+    """The trained models of (``key``, ``seed``) in the folder ``cells``, in eval mode; an error
+    names a missing one."""
     models = {}
     for training in trainings:
-        weights = out / "cells" / f"{Cell(0, key, training, seed).name}.pt"
+        weights = cells / f"{Cell(0, key, training, seed).name}.pt"
         if not weights.is_file():
             raise FileNotFoundError(f"{weights} is missing: train its cell first")
         model = _model(data).to(device)
@@ -300,19 +325,16 @@ def _trained(
 def _robustness(
     models: dict[str, nn.Module], data: ExperimentData, scale: Scale, seed: int
 ) -> dict[str, Any]:
-    """Each model's accuracy on the test set (its first ``scale.max_attack`` rows), clean and
-    under the paper's FGSM and PGD over its epsilon grid."""
-    rows = slice(0, scale.max_attack)
+    """Each model's accuracy on the test set (its first ``scale.max_attack`` rows, counted in
+    ``rows``), clean and under the paper's FGSM and PGD over its epsilon grid."""
+    x, y = data.x_test[: scale.max_attack], data.y_test[: scale.max_attack]
     return {
-        t: attack_accuracy(
-            m,
-            data.x_test[rows],
-            data.y_test[rows],
-            epsilons=PAPER_EPSILONS,
-            domain=data.domain,
-            seed=seed,
-            **PAPER_PGD,
-        )
+        t: {
+            **attack_accuracy(
+                m, x, y, epsilons=PAPER_EPSILONS, domain=data.domain, seed=seed, **PAPER_PGD
+            ),
+            "rows": x.shape[0],
+        }
         for t, m in models.items()
     }
 
@@ -330,17 +352,19 @@ def _evaluated(
     device: torch.device,
     data: ExperimentData | None,
     force: bool,
+    cells: Path | None = None,
 ) -> dict[str, Any]:
     """What every evaluation of the grid does around its own measures: reuse the saved
     ``out/<kind>/<data>-s<seed>.json`` of the same ``config``, else load the data and the trained
-    models, time ``evaluate`` and save its result with the config and the seconds."""
+    models (from ``cells``, default ``out/cells``), time ``evaluate`` and save its result with
+    the config and the seconds."""
     key, seed = config["data"], config["seed"]
     path = out / kind / f"{key}-s{seed}.json"
     saved = _reusable(path, config, force)
     if saved is not None:
         return saved
     data = data if data is not None else load_experiment_data(key, device)
-    models = _trained(key, seed, trainings, out, data, device)
+    models = _trained(key, seed, trainings, cells or out / "cells", data, device)
     start = time.perf_counter()
     measured = evaluate(models, data)
     result = {"config": config, "seconds": time.perf_counter() - start, **measured}
@@ -357,11 +381,20 @@ def run_evaluation(
     device: torch.device,
     data: ExperimentData | None = None,
     force: bool = False,
+    variant: Variant = PAPER_SETUP,
+    cells: Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate the three trainings of (``key``, ``seed``): CT against the baseline without and
-    with the protected features, and every model's accuracy under attack."""
-    config = evaluation_config(key, seed, scale)
-    base = PaperProtocol(rounds=scale.rounds, individuals=config["individuals"], seed=seed)
+    with the protected features, and every model's accuracy under attack; under ``variant``,
+    with its test-time step and one-hot groups, on the models in ``cells``."""
+    config = evaluation_config(key, seed, scale, variant)
+    base = PaperProtocol(
+        rounds=scale.rounds,
+        individuals=config["individuals"],
+        seed=seed,
+        step_size=variant.step_size,
+        categorical_gradient=variant.categorical_gradient,
+    )
 
     def evaluate(models: dict[str, nn.Module], data: ExperimentData) -> dict[str, Any]:
         unconstrained = paper_evaluate(
@@ -370,6 +403,7 @@ def run_evaluation(
             data.y_test,
             replace(base, tau=TEST_TAU["none"]),
             domain=data.domain,
+            categorical=data.categorical,
         )
         protected = paper_evaluate(
             {"full": models["full_protected"], "vanilla": models["vanilla"]},
@@ -378,6 +412,7 @@ def run_evaluation(
             replace(base, tau=TEST_TAU["protected"]),
             domain=data.domain,
             mutability=data.protected_mutability,
+            categorical=data.categorical,
         )
         return {
             "unconstrained": unconstrained,
@@ -386,8 +421,22 @@ def run_evaluation(
         }
 
     return _evaluated(
-        out, "evaluations", config, TRAININGS, evaluate, device=device, data=data, force=force
+        out,
+        "evaluations",
+        config,
+        TRAININGS,
+        evaluate,
+        device=device,
+        data=data,
+        force=force,
+        cells=cells,
     )
+
+
+def _variant_fields(variant: Variant) -> dict[str, Any]:
+    fields = asdict(variant)
+    del fields["data"]
+    return fields
 
 
 def run_ablation(
@@ -414,7 +463,14 @@ def run_ablation(
     )
 
     def evaluate(models: dict[str, nn.Module], data: ExperimentData) -> dict[str, Any]:
-        result = paper_evaluate(models, data.x_test, data.y_test, protocol, domain=data.domain)
+        result = paper_evaluate(
+            models,
+            data.x_test,
+            data.y_test,
+            protocol,
+            domain=data.domain,
+            categorical=data.categorical,
+        )
         robustness = _robustness({t: models[t] for t in ABLATION}, data, scale, seed)
         return {"unconstrained": result, "robustness": robustness}
 

@@ -36,7 +36,7 @@ KNOBS = {
     "lambda_div": (0.1, LAMBDA_DIV, 2.0),
     "lambda_adv": (0.0, LAMBDA_ADV, 1.0),
     "nce": (0.1, 0.3, 1.0),
-    "step_size": (0.05, SEARCH["step_size"], 1.0),
+    "step_size": (0.05, SEARCH["step_size"], 0.25, 1.0),  # 0.25: the configs' unread lr
 }
 PAPER = {
     "lambda_div": LAMBDA_DIV,

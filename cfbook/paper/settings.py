@@ -4,8 +4,11 @@ grid_config.toml`` and ``evaluation_1..5/eval_config.toml``).
 
 Shared by every data set: an MLP with one hidden layer of 32 ReLU units, Adam at 1e-3, 100
 epochs, no burn-in, lambdas [clf, div, adv] = [1, 0.5, 0.25], and an ECCo training-time search of
-30 plain gradient steps of 0.25 with lambda_cost 0.001 and lambda_energy 5. (``PAPER.md`` says a
-step of 0.1; every ``grid_config.toml`` says ``lr = 0.25``, which is what we use.)
+30 plain gradient steps of 0.1 with lambda_cost 0.001 and lambda_energy 5. Every
+``grid_config.toml`` and ``eval_config.toml`` says ``lr = 0.25``, but that field is never read:
+CTExperiments' ``get_generator`` (``src/training_params.jl``) builds the search's optimiser with
+``get_opt(params)``, i.e. ``Flux.Optimise.Descent()`` without an argument, Flux's default step of
+0.1, at training and at test time alike. We follow the code.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ EPOCHS = 100
 LR = 1e-3
 HIDDEN = 32
 LAMBDA_DIV, LAMBDA_ADV = 0.5, 0.25
-SEARCH = {"maxiter": 30, "step_size": 0.25, "lambda_cost": 0.001, "lambda_energy": 5.0}
+SEARCH = {"maxiter": 30, "step_size": 0.1, "lambda_cost": 0.001, "lambda_energy": 5.0}
 TEST_TAU = {"none": 0.95, "protected": 0.5}  # eval_config.toml's decision_threshold
 
 # MNIST's protected features: the top and bottom five pixel rows (CT.jl's 1-based 1-140, 645-784).
@@ -109,7 +112,9 @@ _LOADERS: dict[str, Callable[..., Any]] = {
 class ExperimentData:
     """What a cell needs from its data set: training rows (the first ``n_train`` of the training
     part; the rest of it is CT.jl's validation part), the test part, the domain, the columns
-    and the per-column mutability of the protected experiment."""
+    the per-column mutability of the protected experiment, and the one-hot groups that the
+    test-time search decodes (``None`` without categoricals): those CTExperiments passes,
+    ``get_cats`` by TaijaData's substring match (``TabularData.categorical_groups``)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -121,6 +126,7 @@ class ExperimentData:
     columns: list[str]
     protected_mutability: list[str]
     source: str
+    categorical: list[list[int]] | None = None
 
 
 def check_key(key: str) -> Experiment:
@@ -130,35 +136,113 @@ def check_key(key: str) -> Experiment:
     return EXPERIMENTS[key]
 
 
-def load_experiment_data(key: str, device: torch.device | str = "cpu") -> ExperimentData:
-    """The data of ``key`` as the paper splits it, on ``device``."""
+def paper_mnist_rows(
+    labels: torch.Tensor, per_class: int, held_per_class: int, seed: int = 42
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TaijaData's ``load_mnist(n)`` and CTExperiments' validation split, as row indices:
+    ``per_class`` images per class drawn **with replacement** and sorted (so the sample keeps the
+    file's order and holds duplicates; TaijaData ``vision/mnist.jl``, ``subsample`` in
+    ``utils.jl``), then a stratified ``held_per_class`` per class held out for validation (CE.jl
+    ``train_test_split(...; keep_class_ratio=true)``, ``experiment.jl``), the rest training, in
+    order. Julia's random streams cannot be reproduced: these are other draws of the same kind."""
+    rng = torch.Generator().manual_seed(seed)
+    labels = labels.cpu()
+    classes = labels.unique().tolist()
+    picked = []
+    for c in classes:
+        members = (labels == c).nonzero().flatten()
+        picked.append(members[torch.randint(members.numel(), (per_class,), generator=rng)])
+    sample = torch.cat(picked).sort().values
+    held = torch.zeros(sample.numel(), dtype=torch.bool)
+    for c in classes:
+        where = (labels[sample] == c).nonzero().flatten()
+        held[where[torch.randperm(where.numel(), generator=rng)[:held_per_class]]] = True
+    return sample[~held], sample[held]
+
+
+SYNTHETIC = ("lin_sep", "circles", "moons", "over")
+CATEGORICAL = ("adult", "credit")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One departure from the paper's setup, run on ``data`` to measure what it changes: the
+    synthetic ``generator`` ("mlj", the paper's; "sklearn"), the search ``step_size`` at
+    training and test time, ``shuffle`` (mini-batches reshuffled each epoch), and the test-time
+    one-hot groups: ``groups`` "get_cats" (CT.jl's, TaijaData's substring match), "own" (each
+    categorical's own columns) or "none" (no decoding), decoded with ``categorical_gradient``.
+    ``retrains`` says whether it needs its own trained models or evaluates the paper setup's."""
+
+    name: str
+    data: tuple[str, ...] = tuple(EXPERIMENTS)
+    generator: str = "mlj"
+    step_size: float = SEARCH["step_size"]
+    shuffle: bool = False
+    groups: str = "get_cats"
+    categorical_gradient: str = "frozen"
+
+    @property
+    def retrains(self) -> bool:
+        return (self.generator, self.step_size, self.shuffle) != ("mlj", SEARCH["step_size"], False)
+
+
+PAPER_SETUP = Variant("paper")
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("sklearn_data", SYNTHETIC, generator="sklearn"),
+        Variant("step_0.25", SYNTHETIC, step_size=0.25),
+        Variant("shuffled", SYNTHETIC, shuffle=True),
+        Variant("no_decoding", CATEGORICAL, groups="none"),
+        Variant("own_groups", ("adult",), groups="own"),
+        Variant("straight_through", CATEGORICAL, categorical_gradient="straight_through"),
+    )
+}
+
+
+def load_experiment_data(
+    key: str, device: torch.device | str = "cpu", variant: Variant = PAPER_SETUP
+) -> ExperimentData:
+    """The data of ``key`` as the paper splits it (or as ``variant`` changes it), on
+    ``device``."""
     e = check_key(key)
     if e.kind == "image":
-        # 11,000 images of the training split (training + validation), the whole test split.
-        data = load_mnist(e.n_train + 1000, device=device, val_fraction=1.0, verbose=False)
+        # The whole training split to resample from, the whole test split to evaluate on.
+        data = load_mnist(None, device=device, val_fraction=1.0, verbose=False)
         if data.split != "train":
             raise FileNotFoundError(
                 "the paper's MNIST experiment trains on the 60,000-image training split, which "
                 f"was not found ({data.source}); restore data/MNIST/raw/train-*.gz"
             )
+        rows = torch.cat(paper_mnist_rows(data.y, (e.n_train + 1000) // 10, 100)).to(data.y.device)
+        x_all, y_all = data.x[rows], data.y[rows]
         width = IMAGE_SHAPE[2]
         protected = {r * width + c for r in MNIST_PROTECTED_ROWS for c in range(width)}
         x_test, y_test, domain = data.x_val, data.y_val, (-1.0, 1.0)
         columns = [f"pixel{i}" for i in range(data.x.shape[1])]
         mutability = ["none" if i in protected else "both" for i in range(len(columns))]
+        categorical = None
     else:
-        data = _LOADERS[key](device=device)
+        options = {"generator": variant.generator} if e.kind == "synthetic" else {}
+        data = _LOADERS[key](device=device, **options)
+        x_all, y_all = data.x, data.y
         x_test, y_test, domain = data.x_test, data.y_test, data.domain
         columns, mutability = data.columns, data.mutability(e.protected)
+        groups = {"get_cats": data.categorical_groups(), "own": data.categorical_groups(False)}
+        categorical = groups.get(variant.groups) or None
     return ExperimentData(
-        x=data.x[: e.n_train],
-        y=data.y[: e.n_train],
-        x_val=data.x[e.n_train :],
-        y_val=data.y[e.n_train :],
+        x=x_all[: e.n_train],
+        y=y_all[: e.n_train],
+        x_val=x_all[e.n_train :],
+        y_val=y_all[e.n_train :],
         x_test=x_test,
         y_test=y_test,
         domain=domain,
         columns=columns,
         protected_mutability=mutability,
-        source=data.source,
+        categorical=categorical,
+        source=data.source
+        if e.kind != "image"
+        else f"{data.source}, resampled as TaijaData's load_mnist: "
+        f"{(e.n_train + 1000) // 10:,} per class with replacement, 100 of each held out",
     )

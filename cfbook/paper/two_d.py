@@ -15,16 +15,16 @@ import torch
 
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.metrics import is_valid, predict
+from cfbook.evaluation.protocol import PaperProtocol
 from cfbook.paper.grid import Scale, _trained
 from cfbook.paper.settings import EXPERIMENTS, load_experiment_data
-from cfbook.search.generators import NativeGenerator
 from cfbook.search.path import search_path
 
 GRID = 40  # points per axis of the decision-region grid
 FACTUALS = 12  # searched per panel, half from each predicted class
 SHOWN = 150  # training points drawn
 # The test-time search of the paper's protocol at one energy weight, short enough to draw.
-SEARCH = NativeGenerator(maxiter=50, tau=0.95, lambda_cost=0.0, lambda_energy=1.0, step_size=0.25)
+SEARCH = PaperProtocol(tau=0.95).generator(lambda_energy=1.0)
 # (panel, model, protected search)
 PANELS = (
     ("baseline", "vanilla", False),
@@ -41,7 +41,7 @@ def _round(t: torch.Tensor, digits: int = 3) -> list:
 def two_d_data(key: str, out: Path, device: torch.device) -> dict[str, Any]:
     """The chapter's figure data for one synthetic data set."""
     data = load_experiment_data(key, device)
-    models = _trained(key, 0, ("vanilla", "full", "full_protected"), out, data, device)
+    models = _trained(key, 0, ("vanilla", "full", "full_protected"), out / "cells", data, device)
     low, high = data.x.amin(0), data.x.amax(0)
     pad = 0.1 * (high - low)
     axes = [

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from cfbook.search.constraints import CategoricalCode
 from cfbook.search.step import WorkingSet, fused_step
 
 Compile = bool | Literal["auto"]
@@ -135,10 +136,15 @@ def compile_search(
     bounds: tuple[Tensor, Tensor] | None,
     step_bounds: tuple[Tensor, Tensor] | None,
     with_cost: bool,
+    categorical: CategoricalCode | None = None,
+    frozen: bool = True,
 ) -> Step | None:
     """The compiled iteration for searches of ``model`` from rows like ``x0`` (any row count of
     at least two) under this constraint layout, compiled on first use; None, with a warning, if
     the model cannot be compiled (the caller then searches eagerly, now and from then on).
+    ``categorical`` and ``frozen``: the one-hot groups and how the state passes their decoding
+    (``step.fused_step``); the groups' index tensors are inputs of the graph, so searches with
+    other groups of the same sizes reuse it.
 
     The step writes into the working set's buffers in place: ``step(ws, phi, scalars)`` (see
     ``step.fused_step``). Its inputs must be contiguous, as the search's buffers are.
@@ -146,6 +152,10 @@ def compile_search(
     global _compiles
     state = [*(p.detach() for p in model.parameters()), *model.buffers()]
     constraints = [*(bounds or ()), *(step_bounds or ())]
+    n_constraints = len(constraints)
+    layout = None if categorical is None else categorical.layout()
+    if categorical is not None:
+        constraints += categorical.tensors()
     key = (
         _fingerprint(model),
         x0.device,
@@ -153,6 +163,8 @@ def compile_search(
         bounds is not None,
         step_bounds is not None,
         with_cost,
+        layout,
+        frozen if categorical is not None else None,
         torch.get_num_threads(),
         tuple((t.shape, t.stride(), t.dtype) for t in constraints),
     )
@@ -167,6 +179,7 @@ def compile_search(
                 bounds is not None,
                 step_bounds is not None,
                 with_cost,
+                (n_constraints, layout, frozen),
             )
             _compiles += 1
         except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
@@ -221,11 +234,14 @@ def _compile(
     has_bounds: bool,
     has_step_bounds: bool,
     with_cost: bool,
+    categorical: tuple[int, tuple[bool, bool, bool] | None, bool] = (0, None, True),
 ) -> Callable[..., object]:
     """Trace ``fused_step`` with the model as a pure function of its parameters and buffers
     (``make_fx``, row count symbolic) and compile the graph with inductor. Called directly, the
     result skips what a ``torch.compile`` call costs on top (guards and frame handling, up to a
-    few tenths of a millisecond on a 2-core CPU: a tenth of a small model's pass)."""
+    few tenths of a millisecond on a 2-core CPU: a tenth of a small model's pass).
+    ``categorical``: how many of ``constraints`` are bounds (the rest are the one-hot groups'
+    tensors), the groups' ``CategoricalCode.layout()`` (None: no groups) and ``frozen``."""
     # Imported here: they add most of a second to importing cfbook, and only a compile needs them.
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -240,8 +256,11 @@ def _compile(
     def iteration(*args: Tensor) -> list[Tensor]:
         values = dict(zip(names, args, strict=False))
         x, x0, nascent, within, active, iterations, target, phi, scalars, *rest = args[len(names) :]
+        n_constraints, layout, frozen = categorical
+        rest, groups = rest[:n_constraints], rest[n_constraints:]
         bounds = (rest[0], rest[1]) if has_bounds else None
         step_bounds = (rest[-2], rest[-1]) if has_step_bounds else None
+        code = None if layout is None else CategoricalCode.from_tensors(layout, groups)
         fused_step(
             lambda v: torch.func.functional_call(model, values, (v,)),
             x,
@@ -256,6 +275,8 @@ def _compile(
             bounds,
             step_bounds,
             with_cost,
+            None if code is None else code.decode,
+            frozen,
         )
         return []  # the results are the in-place updates
 

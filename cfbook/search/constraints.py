@@ -8,6 +8,8 @@ elementwise kernels and no Python per feature.
 ``counterfactual_training``, ``paper_evaluate``, ``attack_accuracy``): no bounds, the search
 may move a feature anywhere. ``infer_domain(x)`` gives the data's own range as CT.jl infers it.
 ``mutability`` is one of ``MUTABILITY_VALUES`` per feature; ``None``: every feature is free.
+``categorical`` lists the one-hot groups, each a sequence of column indices (``None``: none; see
+``CategoricalCode`` for how the search decodes them, as CounterfactualExplanations.jl does).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ MUTABILITY_VALUES = ("both", "none", "increase", "decrease")
 
 Domain = Sequence[tuple[float, float]] | tuple[float, float] | Tensor | None
 Mutability = Sequence[str] | None
+Categorical = Sequence[Sequence[int]] | None
+
+# How the gradient of a search passes the decoding of its one-hot groups (see CategoricalCode).
+CATEGORICAL_GRADIENTS = ("frozen", "straight_through")
 
 
 @dataclass
@@ -33,10 +39,16 @@ class Constraints:
     immutable: Tensor | None = None
     increase_only: Tensor | None = None
     decrease_only: Tensor | None = None
+    categorical: CategoricalCode | None = None
 
     @property
     def has_mutability(self) -> bool:
         return self.immutable is not None
+
+    def decode(self, x: Tensor) -> Tensor:
+        """``x`` with its one-hot groups decoded (``CategoricalCode.decode``); ``x`` itself when
+        there are none."""
+        return x if self.categorical is None else self.categorical.decode(x)
 
     def clamp(self, x: Tensor) -> Tensor:
         """Project onto the domain."""
@@ -69,6 +81,173 @@ class Constraints:
         out = torch.where(self.immutable, counterfactuals, neighbours)
         out = torch.where(self.increase_only, torch.maximum(counterfactuals, out), out)
         return torch.where(self.decrease_only, torch.minimum(counterfactuals, out), out)
+
+
+@dataclass
+class CategoricalCode:
+    """The one-hot groups of a search as index tensors on its device, and their decoding.
+
+    ``decode`` sets each group of two or more columns to the one-hot vector of its largest entry
+    (1 there, 0 in the group's other columns; a tie goes to the first of the tied columns) and
+    rounds a one-column group, a 0/1 feature, to the nearer of 0 and 1 (after clipping it to
+    [0, 1]), as CounterfactualExplanations.jl's ``reconstruct_cat_encoding`` does (which breaks
+    ties at random). There is no all-zero "dropped" level: a group always decodes to exactly one
+    of its columns. With a domain, a column whose bounds exclude 1 is never chosen and the
+    decoded values are clipped to the bounds (neither changes anything for the one-hot columns of
+    a domain inferred from data in which every level occurs). Groups whose columns are all
+    immutable are not decoded at all: they keep the factual's values.
+
+    How the search uses it (``NativeGenerator`` and ``ReferenceGenerator`` alike): at every
+    iteration the model, the cost and the convergence check see the decoded point and the
+    gradient with respect to it is applied to the search state unchanged (straight through the
+    decoding); the returned counterfactual, its validity and the nascent points are decoded.
+    ``categorical_gradient`` says what happens to the state after each step: ``"frozen"``
+    (default; what CounterfactualExplanations.jl does) overwrites it by its decoding, so a group
+    changes category only when one step carries another entry past the current one;
+    ``"straight_through"`` keeps it continuous, so small steps accumulate across iterations.
+    """
+
+    index: Tensor | None  # (G, K): the columns of each group of two or more, padded
+    eligible: Tensor | None  # (G, K): real columns that the decoding may set to 1
+    flat: Tensor | None  # (C,): where those real columns sit in index.flatten()
+    binary: Tensor | None  # (B,): the one-column groups
+    columns: Tensor  # (C + B,): every decoded column, those of index first
+    low: Tensor | None = None  # (C + B,): their domain bounds
+    high: Tensor | None = None
+
+    def tensors(self) -> list[Tensor]:
+        """Its tensors, in a fixed order (None left out): the compiled step's inputs."""
+        parts = (
+            self.index,
+            self.eligible,
+            self.flat,
+            self.binary,
+            self.columns,
+            self.low,
+            self.high,
+        )
+        return [t for t in parts if t is not None]
+
+    def layout(self) -> tuple[bool, bool, bool]:
+        """Which optional parts it has: groups of two or more, one-column groups, bounds."""
+        return self.index is not None, self.binary is not None, self.low is not None
+
+    @classmethod
+    def from_tensors(cls, layout: tuple[bool, bool, bool], tensors: Sequence[Tensor]):
+        """The code back from ``tensors()`` and ``layout()`` (inside a traced graph)."""
+        has_groups, has_binary, has_bounds = layout
+        rest = list(tensors)
+        index, eligible, flat = (
+            (rest.pop(0), rest.pop(0), rest.pop(0)) if has_groups else (None,) * 3
+        )
+        binary = rest.pop(0) if has_binary else None
+        columns = rest.pop(0)
+        low, high = (rest.pop(0), rest.pop(0)) if has_bounds else (None, None)
+        return cls(index, eligible, flat, binary, columns, low, high)
+
+    def decode(self, x: Tensor) -> Tensor:
+        """``x`` (N x D) with every group decoded; a new tensor (``x`` is not changed)."""
+        parts = []
+        if self.index is not None:
+            scores = x[:, self.index].masked_fill(~self.eligible, -torch.inf)  # (N, G, K)
+            winner = scores.argmax(-1, keepdim=True)  # the first largest entry
+            levels = torch.arange(self.index.shape[1], device=x.device)
+            parts.append((levels == winner).to(x.dtype).flatten(1)[:, self.flat])
+        if self.binary is not None:
+            parts.append(x[:, self.binary].clamp(0.0, 1.0).round())
+        values = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+        if self.low is not None:
+            values = torch.minimum(torch.maximum(values, self.low), self.high)
+        return x.index_copy(1, self.columns, values)
+
+
+def categorical_groups(categorical: Categorical, n_features: int) -> list[list[int]]:
+    """``categorical`` checked (each group a non-empty sequence of distinct column indices in
+    ``[0, n_features)``, no column in two groups) as lists of ints; [] for None."""
+    if categorical is None:
+        return []
+    if isinstance(categorical, str):
+        raise ValueError("categorical must be a sequence of column-index groups, not a string")
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for group in categorical:
+        if isinstance(group, str | int) or not hasattr(group, "__iter__"):
+            raise ValueError(
+                "categorical must be a sequence of groups, each a sequence of column indices "
+                f"(e.g. [[3, 4, 5], [6, 7]]); got the entry {group!r}"
+            )
+        cols = [int(c) for c in group]
+        if not cols:
+            raise ValueError("a categorical group must hold at least one column")
+        bad = [c for c in cols if not 0 <= c < n_features]
+        if bad:
+            raise ValueError(
+                f"categorical column {bad[0]} is outside the data's {n_features} features"
+            )
+        twice = sorted(set(cols) & seen) or sorted({c for c in cols if cols.count(c) > 1})
+        if twice:
+            raise ValueError(
+                f"categorical column {twice[0]} belongs to two groups (or twice to one)"
+            )
+        seen.update(cols)
+        groups.append(cols)
+    return groups
+
+
+def _categorical_code(
+    groups: list[list[int]],
+    mutability: Mutability,
+    bounds: Tensor | None,
+    device: torch.device | str,
+    dtype: torch.dtype,
+) -> CategoricalCode | None:
+    """The decoding of ``groups`` on ``device``: wholly immutable groups left out; a group that
+    mixes immutable and mutable columns, or holds a column that may move one way only, refused
+    (decoding to the largest entry can move any of its columns either way)."""
+    values = None if mutability is None else [str(v) for v in mutability]
+    kept = []
+    for cols in groups:
+        kinds = {"both"} if values is None else {values[c] for c in cols}
+        if kinds == {"none"}:
+            continue  # immutable: it stays as the factual has it
+        if kinds != {"both"}:
+            raise ValueError(
+                f"categorical group {cols} has mutability {sorted(kinds)}: a group must be "
+                "wholly 'none' (it keeps the factual's category) or wholly 'both'"
+            )
+        kept.append(cols)
+    if not kept:
+        return None
+    wide = [g for g in kept if len(g) > 1]
+    single = [g[0] for g in kept if len(g) == 1]
+    index = eligible = flat = binary = None
+    columns: list[int] = []
+    if wide:
+        k = max(map(len, wide))
+        padded = [g + [g[0]] * (k - len(g)) for g in wide]
+        real = torch.tensor([[j < len(g) for j in range(k)] for g in wide])
+        index = torch.tensor(padded)
+        eligible = real
+        if bounds is not None:
+            low, high = bounds[index, 0], bounds[index, 1]
+            eligible = real & (low <= 1) & (high >= 1)
+        flat = real.flatten().nonzero().squeeze(1)
+        columns += [c for g in wide for c in g]
+    if single:
+        binary = torch.tensor(single)
+        columns += single
+    cols = torch.tensor(columns)
+    low = high = None
+    if bounds is not None:
+        low = bounds[cols, 0].to(device=device, dtype=dtype)
+        high = bounds[cols, 1].to(device=device, dtype=dtype)
+
+    def on(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.to(device)
+
+    return CategoricalCode(
+        on(index), on(eligible), on(flat), on(binary), cols.to(device), low, high
+    )
 
 
 def infer_domain(x: Tensor) -> Tensor:
@@ -137,11 +316,15 @@ def make_constraints(
     *,
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
+    categorical: Categorical = None,
 ) -> Constraints:
-    """Check ``domain`` and ``mutability`` against ``n_features``; place them on ``device``."""
+    """Check ``domain``, ``mutability`` and ``categorical`` against ``n_features``; place them
+    on ``device``."""
     lower = upper = None
+    host_bounds = None
     if domain is not None:
-        bounds = domain_bounds(domain, n_features).to(device=device, dtype=dtype)
+        host_bounds = domain_bounds(domain, n_features)
+        bounds = host_bounds.to(device=device, dtype=dtype)
         lower, upper = bounds[:, 0].contiguous(), bounds[:, 1].contiguous()
     masks: dict[str, Tensor] = {}
     if mutability is not None:
@@ -149,4 +332,6 @@ def make_constraints(
         if not any(bool(m.any()) for m in masks.values()):
             masks = {}  # every feature is free: skip the masking kernels entirely
         masks = {k: m.to(device) for k, m in masks.items()}
-    return Constraints(lower, upper, **masks)
+    groups = categorical_groups(categorical, n_features)
+    code = _categorical_code(groups, mutability, host_bounds, device, dtype) if groups else None
+    return Constraints(lower, upper, **masks, categorical=code)

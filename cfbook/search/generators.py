@@ -24,7 +24,14 @@ from cfbook.search.compiled import (
     compile_search,
     use_fused,
 )
-from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
+from cfbook.search.constraints import (
+    CATEGORICAL_GRADIENTS,
+    Categorical,
+    Constraints,
+    Domain,
+    Mutability,
+    make_constraints,
+)
 from cfbook.search.interface import CounterfactualResult, Generator
 from cfbook.search.step import (
     ENERGY_RIDGE,
@@ -63,7 +70,16 @@ PAPER_SEARCH = {"lambda_cost": 0.001, "lambda_energy": 5.0}
 @dataclass(frozen=True)
 class SearchParameters(Generator):
     """Settings shared by both generators; defaults are CT.jl's ``NativeGenerator()``
-    (``lambda = [0.1, 1.0]``, plain descent with step 0.1). ``PAPER_SEARCH`` holds the paper's."""
+    (``lambda = [0.1, 1.0]``, plain descent with step 0.1). ``PAPER_SEARCH`` holds the paper's.
+
+    ``categorical_gradient`` matters only to searches given one-hot groups
+    (``generate(..., categorical=groups)``; see ``cfbook.search.constraints.CategoricalCode``):
+    either way the model, the cost and the convergence check see each group decoded to its
+    largest entry and the gradient there is applied to the search state unchanged;
+    ``"frozen"`` (default, as CounterfactualExplanations.jl's ``update!`` re-encodes the decoded
+    counterfactual as the state each step) then overwrites the state by its decoding,
+    ``"straight_through"`` keeps it continuous. ``settings()`` names it only when it is not the
+    default, so that the identity of runs recorded before it existed stays the same."""
 
     maxiter: int = 30
     tau: float = 0.75
@@ -71,6 +87,7 @@ class SearchParameters(Generator):
     lambda_energy: float = 1.0
     step_size: float = 0.1
     epsilon: float = 0.3
+    categorical_gradient: str = "frozen"
 
     def __post_init__(self) -> None:
         if not isinstance(self.maxiter, int) or self.maxiter < 0:
@@ -82,11 +99,25 @@ class SearchParameters(Generator):
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)!r}")
         if not self.step_size > 0:
             raise ValueError(f"step_size must be positive, got {self.step_size!r}")
+        if self.categorical_gradient not in CATEGORICAL_GRADIENTS:
+            raise ValueError(
+                f"categorical_gradient must be one of {', '.join(CATEGORICAL_GRADIENTS)}, "
+                f"got {self.categorical_gradient!r}"
+            )
 
     def settings(self) -> dict[str, float | int | str | None]:
         """The settings that decide the search's results (not its speed or memory): logs record
-        them and a resumed run must match them."""
-        return {f.name: getattr(self, f.name) for f in fields(SearchParameters)}
+        them and a resumed run must match them (``categorical_gradient`` only when it is not
+        ``"frozen"``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(SearchParameters)}
+        if out["categorical_gradient"] == "frozen":
+            del out["categorical_gradient"]
+        return out
+
+    @property
+    def frozen(self) -> bool:
+        """Whether one-hot groups are overwritten by their decoding after each step."""
+        return self.categorical_gradient == "frozen"
 
     def energy_weight(self, t: int) -> float:
         """``lambda_energy * phi_t``: the energy penalty decays polynomially over the iterations."""
@@ -101,10 +132,15 @@ def count_classes(model: nn.Module, x: Tensor) -> int:
 
 
 def prepare_search(
-    model: nn.Module, x: Tensor, target: Tensor, domain: Domain, mutability: Mutability
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    domain: Domain,
+    mutability: Mutability,
+    categorical: Categorical = None,
 ) -> tuple[Tensor, Tensor, Constraints]:
     """Check shapes and classes once, outside the search loop; move the inputs to the model's
-    device and turn ``domain`` and ``mutability`` into device tensors."""
+    device and turn ``domain``, ``mutability`` and ``categorical`` into device tensors."""
     if not isinstance(x, Tensor) or x.ndim != 2 or not x.is_floating_point():
         raise ValueError("x must be a floating-point tensor of shape (n_samples, n_features)")
     device = model_device(model) or x.device
@@ -121,7 +157,10 @@ def prepare_search(
         low, high = int(target.min()), int(target.max())
         if low < 0 or high >= n_classes:
             raise ValueError(f"target classes must lie in [0, {n_classes - 1}], got {low}..{high}")
-    return x, target, make_constraints(domain, mutability, x.shape[1], device=device, dtype=x.dtype)
+    constraints = make_constraints(
+        domain, mutability, x.shape[1], device=device, dtype=x.dtype, categorical=categorical
+    )
+    return x, target, constraints
 
 
 @dataclass(frozen=True)
@@ -170,14 +209,18 @@ class NativeGenerator(SearchParameters):
         *,
         domain: Domain = None,
         mutability: Mutability = None,
+        categorical: Categorical = None,
         record: bool = False,
     ) -> CounterfactualResult:
         """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,).
 
+        ``categorical``: the one-hot groups (sequences of column indices), decoded at every
+        step (see ``SearchParameters`` and ``cfbook.search.constraints.CategoricalCode``).
         ``record=True`` keeps every iterate in ``result.path`` (for pictures of the search): the
         eager step without compaction, so every row steps ``maxiter`` times (a converged row
-        stays where it stopped) and the results are those of ``compile=False``."""
-        x, target, constraints = prepare_search(model, x, target, domain, mutability)
+        stays where it stopped) and the results are those of ``compile=False``; with groups the
+        iterates after the factuals are decoded."""
+        x, target, constraints = prepare_search(model, x, target, domain, mutability, categorical)
         check_amp(self.amp, x.device)
         chunk = self.cf_batchsize or max(x.shape[0], 1)
         with eval_mode(model):
@@ -226,7 +269,7 @@ class NativeGenerator(SearchParameters):
     def _step_settings(self) -> StepSettings:
         scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
         return StepSettings(
-            self.tau, self.lambda_cost, self.step_size, self.epsilon, self.amp, scale
+            self.tau, self.lambda_cost, self.step_size, self.epsilon, self.amp, scale, self.frozen
         )
 
     def _search(
@@ -243,10 +286,30 @@ class NativeGenerator(SearchParameters):
             x0, target = x0.contiguous(), target.contiguous()  # as the graph assumes
             bounds = None if c.lower is None else (c.lower, c.upper)
             step_bounds = c.step_bounds(x0.dtype)
-            step = compile_search(model, x0, bounds, step_bounds, self.lambda_cost != 0)
+            step = compile_search(
+                model,
+                x0,
+                bounds,
+                step_bounds,
+                self.lambda_cost != 0,
+                categorical=c.categorical,
+                frozen=self.frozen,
+            )
         fused = step is not None
         # The working set holds the rows still searched (all of them until the first compaction).
         ws = WorkingSet.start(x0, target, fused=fused)
+        nascent0 = x0
+        if c.categorical is not None:
+            # The first point the model sees is the decoded factual; it is the first nascent
+            # point only if it lies within epsilon of the factual (else the factual is).
+            point0 = c.decode(x0)
+            offset0 = point0 - x0
+            within0 = offset0.abs().amax(1) <= self.epsilon
+            nascent0 = torch.where(within0[:, None], point0, x0)
+            if fused:
+                ws.within, ws.nascent = within0, x0.clone()
+            else:
+                ws.offset, ws.nascent = offset0, nascent0.clone()
         x, nascent, within = ws.x, ws.nascent, ws.within
         active, iterations = ws.active, ws.iterations
         settings = self._step_settings()
@@ -283,18 +346,21 @@ class NativeGenerator(SearchParameters):
             else:
                 eager_step(model, ws, self.energy_weight(t), c, settings)
             if path is not None:
-                path.append(ws.x.detach().clone())
+                path.append(c.decode(ws.x).detach().clone())
         if len(ws):
             with torch.no_grad(), autocast(self.amp, x0.device):
-                probs = model(ws.x).float().softmax(1)
+                probs = model(c.decode(ws.x)).float().softmax(1)
             ws.active = ws.active & not_converged(probs, ws.target, self.tau)
         write_back()
-        nascent = nascent_points(x, nascent, within)
+        with torch.no_grad():
+            nascent = nascent_points(c.decode(x), nascent, within)
         if not fused:
             # Rows that never stepped keep x0 exactly: the eager zero step still went through the
             # clamp, which moves an x0 outside the domain (the reference never touches it).
             unmoved = (iterations == 0)[:, None]
-            x, nascent = torch.where(unmoved, x0, x), torch.where(unmoved, x0, nascent)
+            x, nascent = torch.where(unmoved, x0, x), torch.where(unmoved, nascent0, nascent)
+        with torch.no_grad():
+            x = c.decode(x)  # the counterfactual: the search state decoded
         if self.amp is not None:
             # Validity is a promise about the model as it is, in full precision.
             with torch.no_grad():
@@ -341,9 +407,11 @@ class ReferenceGenerator(SearchParameters):
         *,
         domain: Domain = None,
         mutability: Mutability = None,
+        categorical: Categorical = None,
     ) -> CounterfactualResult:
-        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,), sample by sample."""
-        x, target, constraints = prepare_search(model, x, target, domain, mutability)
+        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,), sample by sample
+        (``categorical``: as ``NativeGenerator.generate``)."""
+        x, target, constraints = prepare_search(model, x, target, domain, mutability, categorical)
         results = []
         with eval_mode(model):
             for i in range(x.shape[0]):
@@ -360,25 +428,34 @@ class ReferenceGenerator(SearchParameters):
         self, model: nn.Module, x0: Tensor, target: Tensor, c: Constraints
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         x, nascent, steps = x0.clone(), x0.clone(), 0
+        point = c.decode(x0)
+        if (point - x0).abs().max() <= self.epsilon:
+            nascent = point.clone()  # with one-hot groups the first point is the decoded x0
         for t in range(self.maxiter):
             x.requires_grad_(True)
-            logits = model(x)
+            # The decoded point, with the gradient passed straight through the decoding.
+            z = x if c.categorical is None else x + (c.decode(x.detach()) - x).detach()
+            logits = model(z)
             if self._converged(logits.detach(), target):
                 break
             energy = -logits[0, target[0]]
             loss = (
                 nn.functional.cross_entropy(logits, target, reduction="sum")
-                + self.lambda_cost * (x - x0).abs().sum()
+                + self.lambda_cost * (z - x0).abs().sum()
                 + self.energy_weight(t) * (energy + ENERGY_RIDGE * energy**2)
             )
             (grad,) = torch.autograd.grad(loss, x)
             with torch.no_grad():
                 step = c.mask_step(-self.step_size * torch.nan_to_num(grad, nan=0.0))
                 x = c.clamp(x + step)
+                point = c.decode(x)
+                if self.frozen:
+                    x = point
             steps += 1
-            if (x - x0).abs().max() <= self.epsilon:
-                nascent = x.clone()
+            if (point - x0).abs().max() <= self.epsilon:
+                nascent = point.clone()
         with torch.no_grad():
+            x = c.decode(x.detach())
             valid = self._converged(model(x), target)
         return (
             x.detach(),

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from cfbook.search.constraints import Domain, Mutability
+from cfbook.search.constraints import Categorical, Domain, Mutability
 
 _RESULT_FIELDS = ("counterfactual", "nascent", "valid", "iterations")
 
@@ -52,7 +52,10 @@ class Generator(Protocol):
 
     ``generate`` searches one counterfactual per row of ``x`` (N x D) towards ``target`` (N,
     integer classes), within ``domain`` and ``mutability`` (``None``: unconstrained, every
-    feature free; see ``cfbook.search.constraints``). ``settings`` are what decides its results:
+    feature free; see ``cfbook.search.constraints``), with the one-hot groups ``categorical``
+    (sequences of column indices; ``None``: none) decoded to one category each, as
+    ``NativeGenerator`` does (a search of one's own that takes no groups may leave the keyword
+    out: cfbook passes it only when groups are given). ``settings`` are what decides its results:
     logs record them and a resumed training run must match them. ``plan`` settles, once before a
     run of searches, whatever the generator decides from the run's size (the compiled step of
     ``NativeGenerator``); it returns the generator to use for all of them and a record of what
@@ -68,6 +71,7 @@ class Generator(Protocol):
         *,
         domain: Domain = None,
         mutability: Mutability = None,
+        categorical: Categorical = None,
     ) -> CounterfactualResult: ...
 
     def settings(self) -> dict[str, Any]:
@@ -93,7 +97,7 @@ def check_generator(generator: object) -> Generator:
     if missing:
         raise TypeError(
             f"the generator {type(generator).__name__} has no {', '.join(missing)}: implement "
-            "generate(model, x, target, *, domain, mutability) and subclass "
+            "generate(model, x, target, *, domain, mutability[, categorical]) and subclass "
             "cfbook.search.Generator to inherit settings() and plan()"
         )
     return generator  # type: ignore[return-value]

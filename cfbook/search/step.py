@@ -11,6 +11,12 @@ Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
   touches each N x D buffer once: one loop over the iterate per iteration.
 
 The two agree to float rounding; tests hold both to ``ReferenceGenerator``.
+
+With one-hot groups (``Constraints.categorical``) both evaluate the model and the cost at the
+decoded point, apply the gradient there to the state (straight through the decoding), and, when
+``frozen``, overwrite the state by its decoding after each step (see
+``cfbook.search.constraints.CategoricalCode``); ``x`` is then the state and the points that
+leave the search (nascent points, and the counterfactual via ``Constraints.decode``) are decoded.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class StepSettings:
     epsilon: float
     amp: str | None
     grad_scale: float  # fp16: logit gradients are scaled up before the backward pass
+    frozen: bool = True  # one-hot groups: the state is overwritten by its decoding each step
 
     def scalars(self, device: torch.device) -> Tensor:
         """(tau, lambda_cost, step_size, epsilon) as one float32 tensor, the form the fused step
@@ -124,7 +131,7 @@ def eager_step(
     model: nn.Module, ws: WorkingSet, phi: float, c: Constraints, s: StepSettings
 ) -> None:
     """One iteration with autograd and in-place kernels (any model, any device)."""
-    xw = ws.x.detach().requires_grad_(True)
+    xw = c.decode(ws.x).detach().requires_grad_(True)  # the decoded point: ws.x without groups
     with autocast(s.amp, xw.device):
         logits = model(xw).float()
     with torch.no_grad():
@@ -143,7 +150,8 @@ def eager_step(
 
 
 def _eager_update(ws: WorkingSet, grad: Tensor, c: Constraints, s: StepSettings) -> None:
-    """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking.
+    """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking
+    (``offset`` and the nascent point are those of the decoded point).
 
     In place where possible and without a ``where`` over the iterate (converged rows get a zero
     step instead): eager kernels are memory-bandwidth bound, so passes over N x D count.
@@ -155,10 +163,13 @@ def _eager_update(ws: WorkingSet, grad: Tensor, c: Constraints, s: StepSettings)
     x = c.mask_step(grad.mul_(row_step[:, None])).add_(ws.x)
     if c.lower is not None:
         x.clamp_(c.lower, c.upper)
-    ws.x, ws.offset = x, x - ws.x0
+    point = c.decode(x)
+    if s.frozen:
+        x = point
+    ws.x, ws.offset = x, point - ws.x0
     eps = s.epsilon
     within = (ws.offset.amax(1, keepdim=True) <= eps) & (ws.offset.amin(1, keepdim=True) >= -eps)
-    ws.nascent = torch.where(within, x, ws.nascent)
+    ws.nascent = torch.where(within, point, ws.nascent)
 
 
 def fused_step(
@@ -175,13 +186,16 @@ def fused_step(
     bounds: tuple[Tensor, Tensor] | None,
     step_bounds: tuple[Tensor, Tensor] | None,
     with_cost: bool,
+    decode: Callable[[Tensor], Tensor] | None = None,
+    frozen: bool = True,
 ) -> None:
     """One iteration as a pure tensor program that updates ``x``, ``nascent``, ``within``,
     ``active`` and ``iterations`` in place (call it under ``torch.no_grad()``; float32, no
     autocast). ``nascent`` is lazy (see ``WorkingSet``).
 
     ``phi`` (the energy weight) and ``scalars`` (``StepSettings.scalars``) are 0-d and 1-d
-    tensors; ``with_cost`` says whether lambda_cost is non-zero.
+    tensors; ``with_cost`` says whether lambda_cost is non-zero. ``decode`` decodes the one-hot
+    groups (None: there are none); ``frozen``: the state becomes its decoding after each step.
 
     Formulated for a fused kernel rather than for eager PyTorch: ``nan_to_num`` is a clamp and a
     self-comparison, mutability is a per-feature clamp of the step (``step_bounds``: 0 where a
@@ -193,7 +207,8 @@ def fused_step(
     and ``nascent``, where an eager nascent update would need a second loop.
     """
     tau, lambda_cost, step_size, epsilon = scalars.unbind()
-    logits, pullback = torch.func.vjp(model, x)
+    point = x if decode is None else decode(x)
+    logits, pullback = torch.func.vjp(model, point)
     probs = logits.softmax(1)
     still = active & not_converged(probs, target, tau)
     (grad,) = pullback(logit_gradient(logits, probs, target, phi))
@@ -204,7 +219,7 @@ def fused_step(
         grad = grad.clamp(-largest, largest)
     grad = torch.where(grad != grad, 0.0, grad)  # NaN gradients become 0
     if with_cost:
-        offset = x - x0  # lambda_cost * sign(offset), as two selects: fewer vector operations
+        offset = point - x0  # lambda_cost * sign(offset), as two selects: fewer vector operations
         grad = grad + torch.where(offset > 0, lambda_cost, torch.where(offset < 0, -lambda_cost, 0))
     step = grad * -step_size
     if step_bounds is not None:
@@ -212,9 +227,15 @@ def fused_step(
     new = x + step
     if bounds is not None:
         new = new.clamp(*bounds)
-    new = torch.where(still[:, None], new, x)
-    nascent.copy_(torch.where(within[:, None], x, nascent))
-    within.copy_((new - x0).abs().amax(1) <= epsilon)
+    if decode is None:
+        new = torch.where(still[:, None], new, x)
+        new_point = new
+    else:
+        moved = decode(new)
+        new_point = torch.where(still[:, None], moved, point)
+        new = torch.where(still[:, None], moved if frozen else new, x)
+    nascent.copy_(torch.where(within[:, None], point, nascent))
+    within.copy_((new_point - x0).abs().amax(1) <= epsilon)
     x.copy_(new)
     iterations.add_(still)
     active.copy_(still)

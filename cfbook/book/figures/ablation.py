@@ -17,7 +17,8 @@ from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.evaluation.attacks import accuracy_at
 from cfbook.models import IMAGE_SHAPE
 from cfbook.paper import published
-from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS
+from cfbook.paper.merge import mean_accuracies
+from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, SEARCH
 
 OBJECTIVES = {"full": "full (CT)", "energy": "energy only", "adversarial": "adversarial only"}
 MEASURES = {"ip": "IP", "ip_star_5": "IP*", "cost": "cost"}
@@ -27,14 +28,14 @@ OBJECTIVE_COLOURS = {"full": COLOURS["full"], "energy": "#2ca02c", "adversarial"
 def _cell(r: dict[str, Any] | None) -> str:
     if r is None or "reduction" not in r:
         return "n/a"
-    return f"{r['reduction']:+.1f} ± {r['se']:.1f}{'*' if r['significant'] else ''}"
+    return f"{r['reduction']:+.1f} ± {r['se']:.1f}{' ✱' if r['significant'] else ''}"
 
 
 def _robust(results: dict[str, Any], key: str, objective: str) -> dict[str, Any]:
-    """Accuracy of one objective's models: the main evaluation's for CT and the baseline, the
-    ablation's for the two halves."""
+    """Accuracy of one objective's models, averaged over the seeds: the main evaluation's for CT
+    and the baseline, the ablation's for the two halves."""
     if objective in ("full", "vanilla"):
-        return results["data"][key]["robustness"][objective]
+        return mean_accuracies(results["data"][key]["robustness"][objective])
     return results["ablation"][key][objective]["robustness"]
 
 
@@ -144,10 +145,10 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
 
 
 def ig_table(results: dict[str, Any]) -> str:
-    """IG sensitivity to the protected features: the paper's medians beside ours, with our 95 %
+    """IG sensitivity to the protected features: the paper's medians beside ours, with our 99 %
     interval of the per-round differences CT - BL."""
     lines = [
-        "| data | paper CT / BL (median) | ours CT / BL (median) | our 95 % interval of CT − BL | "
+        "| data | paper CT / BL (median) | ours CT / BL (median) | our 99 % interval of CT − BL | "
         "CT less sensitive? (paper / ours) |",
         "|---|---|---|---|---|",
     ]
@@ -302,3 +303,35 @@ def knobs_text(knobs: dict[str, Any]) -> str:
             + "."
         )
     return "\n".join(lines)
+
+
+def adversarial_text(results: dict[str, Any]) -> str:
+    """Whether CT's adversarial term was active in training: the mean adversarial loss over the
+    epochs of each data set's CT models (per seed), read from the training logs."""
+    parts = []
+    for key, d in results["data"].items():
+        losses = [v for v in d.get("adv_loss_at_training", []) if v is not None]
+        if losses:
+            parts.append(f"{EXPERIMENTS[key].label} {' / '.join(f'{v:.3f}' for v in losses)}")
+    if not parts:
+        return "The training logs hold no adversarial loss."
+    return (
+        "CT's adversarial term in training, the cross-entropy of the nascent points against "
+        "their factual labels averaged over the epochs, per seed: " + "; ".join(parts) + ". "
+        "How often the nascent point is the factual itself (the first step already leaves the "
+        "ε-ball) is not logged, so it is not reported."
+    )
+
+
+def knobs_setup_text(knobs: dict[str, Any]) -> str:
+    """Whether the knob study was made with the grid's present paper setup: its step values
+    include the paper's step only if it was."""
+    if SEARCH["step_size"] in knobs["knobs"].get("step_size", []):
+        return ""
+    return (
+        "**This knob study predates the present paper setup:** its models were trained with the "
+        f"paper's value of the search step taken as {knobs['knobs']['step_size'][1]:g} (the "
+        f"configurations' unread `lr`; the code runs {SEARCH['step_size']:g}), sklearn's moons "
+        "and reshuffled batches, so its starting point is not the reproduction chapter's CT "
+        "model. `python -m cfbook.commands.paper --knobs` remakes it."
+    )
