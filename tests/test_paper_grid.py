@@ -226,7 +226,8 @@ def test_the_two_dimensional_paths_end_where_the_search_stopped(smoke):
 
     d = two_d_data("lin_sep", smoke, torch.device("cpu"))
     data = load_experiment_data("lin_sep")
-    models = _trained("lin_sep", 0, ("vanilla", "full", "full_protected"), smoke, data, "cpu")
+    cells = smoke / "cells"
+    models = _trained("lin_sep", 0, ("vanilla", "full", "full_protected"), cells, data, "cpu")
     assert [p["title"] for p in d["panels"]][2] == "baseline, x1 protected"
     for panel in d["panels"]:
         starts = torch.tensor([path[0] for path in panel["paths"]])
