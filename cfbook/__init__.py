@@ -12,7 +12,8 @@ Where things live:
 - ``cfbook.data``: data sets as tensors on the device (MNIST, the paper's tabular and synthetic
   sets) and the on-device loader;
 - the leaf modules ``models``, ``objectives``, ``device``, ``amp``, ``atomic``, ``profiling``,
-  ``progress``, which import nothing of cfbook;
+  ``progress``, ``inputs`` (the checks of what users pass), which import nothing of cfbook but
+  ``errors`` (``SetupError``: a device, launcher or download that is not there);
 - ``cfbook.paper``: the paper's experiment grid; ``cfbook.book``: only the book (importing
   ``cfbook`` loads neither); ``cfbook.commands``: the command lines.
 

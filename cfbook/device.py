@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import torch
 
+from cfbook.errors import SetupError
+
 __all__ = [
     "DEVICE_TYPES",
     "MemoryReport",
@@ -42,7 +44,7 @@ def _parse_choice(value: str, origin: str) -> torch.device:
 def _check_available(device: torch.device, origin: str) -> None:
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError(
+            raise SetupError(
                 f"{origin} asks for CUDA, but no CUDA/ROCm GPU is usable (torch "
                 f"{torch.__version__}, built for CUDA {torch.version.cuda}, ROCm "
                 f"{torch.version.hip}). Check the driver and that the GPU build of torch is "
@@ -50,9 +52,9 @@ def _check_available(device: torch.device, origin: str) -> None:
             )
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise RuntimeError(f"{origin} asks for {device}, but only {count} GPU(s) are visible")
+            raise SetupError(f"{origin} asks for {device}, but only {count} GPU(s) are visible")
     elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError(
+        raise SetupError(
             f"{origin} asks for MPS, but Apple's Metal backend is not available here; use 'cpu'"
         )
 

@@ -13,9 +13,12 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+
+if TYPE_CHECKING:  # playwright is the browser extra: only the browser tests need it.
+    from playwright.sync_api import Browser
 
 REPO = Path(__file__).resolve().parents[1]
 # The offline Quarto installer that scripts/quarto.sh uses; CI has it beside the clone.
@@ -104,6 +107,10 @@ def quarto() -> str:
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     """Debian's Chromium driven by playwright; never downloads a browser."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _required_on_ci("playwright", "install the browser extra: pip install '.[browser]'")
     if not CHROMIUM.exists():
         _required_on_ci(str(CHROMIUM), "install Debian's chromium package")
     with sync_playwright() as playwright:

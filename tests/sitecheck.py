@@ -14,9 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urldefrag
 
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response
+if TYPE_CHECKING:  # the browser extra; only the browser tests call these helpers
+    from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -85,3 +85,85 @@ def test_pgd_stays_in_the_epsilon_ball_and_the_domain():
     assert float(adv.abs().max()) <= 1.0
     with torch.no_grad():
         assert nn.functional.cross_entropy(model(adv), y) > nn.functional.cross_entropy(model(x), y)
+
+
+class _Peak(nn.Module):
+    """One feature; the cross-entropy of label 0 is largest at x = 0.3, so sign steps that climb
+    it overshoot and come back: where PGD ends tells its step length."""
+
+    def forward(self, x):
+        return torch.cat([(x - 0.3) ** 2, torch.zeros_like(x)], 1)
+
+
+@pytest.mark.parametrize(
+    ("steps", "step_size", "end"),
+    [
+        (5, None, 0.5),  # 2.5 eps / 5 = 0.5: 0.5, 0, 0.5, 0, 0.5
+        (2, None, -0.25),  # 2.5 eps / 2 = 1.25: 1 (the ball's edge), then 1 - 1.25
+    ],
+)
+def test_pgd_steps_are_2_5_eps_over_steps_by_default(steps, step_size, end):
+    c = make_constraints(None, None, 1, device="cpu")
+    x, y = torch.zeros(1, 1), torch.tensor([0])
+    adv = perturb(_Peak(), x, y, c, 1.0, steps, step_size)
+    assert adv.item() == pytest.approx(end)
+
+
+def test_a_given_step_size_is_used_and_a_flat_gradient_does_not_move():
+    c = make_constraints(None, None, 1, device="cpu")
+    y = torch.tensor([0])
+    # Steps of 0.2 from 0: 0.2, 0.4, 0.2 (the peak at 0.3 lies between).
+    assert perturb(_Peak(), torch.zeros(1, 1), y, c, 1.0, 3, 0.2).item() == pytest.approx(0.2)
+    at_peak = torch.full((1, 1), 0.3)  # zero gradient: sign 0, no step
+    assert perturb(_Peak(), at_peak, y, c, 1.0, 3, 0.2).item() == pytest.approx(0.3)
+
+
+def _brute_force_attack_accuracy(model, x, y, eps, steps, domain):
+    """Each row attacked on its own (no batches), with deterministic starts."""
+    c = make_constraints(domain, None, x.shape[1], device="cpu", dtype=x.dtype)
+    correct = 0
+    for i in range(x.shape[0]):
+        adv = perturb(model, x[i : i + 1], y[i : i + 1], c, eps, steps)
+        correct += int(model(adv).argmax(1).item() == y[i].item())
+    return correct / x.shape[0]
+
+
+def test_attack_accuracy_equals_the_row_by_row_attack_in_batches_and_in_float64():
+    torch.manual_seed(0)
+    model = mlp(3, (8,), 2).double()
+    x = torch.rand(37, 3, dtype=torch.float64) * 2 - 1  # 37 rows, 3 features, batches of 5
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    domain = [(-1.0, 1.0), (-1.0, 1.0), (-0.1, 0.1)]  # the third feature's bounds bind
+    out = attack_accuracy(
+        model, x, y, epsilons=(0.0, 0.3), pgd_steps=4, domain=domain, batch_size=5
+    )
+    for k, eps in enumerate((0.0, 0.3)):
+        assert out["fgsm"][k] == _brute_force_attack_accuracy(model, x, y, eps, 1, domain)
+        assert out["pgd"][k] == _brute_force_attack_accuracy(model, x, y, eps, 4, domain)
+    assert out["fgsm"][1] < out["clean"]  # the attack bites at eps 0.3
+
+
+def test_random_starts_are_drawn_from_the_seed_alone():
+    # No PGD steps: each adversarial point is its random start, so the accuracy is the share of
+    # starts that stay on the right side (a margin x0 - x1 of 0.05 and eps 0.1: about 28 % of
+    # the starts cross). The same seed must give the same starts, other seeds others; the
+    # default is off.
+    model = identity_model()
+    x = torch.tensor([[0.0, -0.05]]).repeat(400, 1)
+    y = torch.zeros(400, dtype=torch.long)
+    kwargs = {"epsilons": (0.1,), "domain": None, "pgd_steps": 0, "step_size": 0.01}
+    kwargs["random_start"] = True
+    torch.manual_seed(0)
+    first = attack_accuracy(model, x, y, **kwargs)["pgd"]
+    torch.manual_seed(1)  # the global RNG plays no part
+    assert attack_accuracy(model, x, y, **kwargs)["pgd"] == first
+    assert attack_accuracy(model, x, y, seed=0, **kwargs)["pgd"] == first  # seed 0 by default
+    assert attack_accuracy(model, x, y, seed=5, **kwargs)["pgd"] != first
+    assert 0.6 < first[0] < 0.9
+    plain = {k: v for k, v in kwargs.items() if k != "random_start"}
+    assert attack_accuracy(model, x, y, **plain)["pgd"] == [1.0]  # no random start by default
+
+
+def test_an_epsilon_is_found_to_within_a_millionth():
+    out = {"epsilons": [0.0, 0.1 / 9], "fgsm": [1.0, 0.5]}
+    assert accuracy_at(out, "fgsm", 0.0111111) == 0.5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from torch import nn
@@ -56,3 +58,40 @@ def test_a_model_blind_to_a_feature_has_no_sensitivity_to_it():
     assert all(s > 0.1 for s in seen)
     with pytest.raises(ValueError, match="at least one protected column"):
         protected_sensitivity(model, x, y, [], two_dimensional=False)
+
+
+def test_standardisation_is_per_row_and_keeps_small_spans():
+    g = torch.tensor([[-0.2, 0.1, 0.2], [1.0, 3.0, 2.0]])  # spans 0.4 and 2
+    assert torch.allclose(standardise(g, True), torch.tensor([[0.5, 0.25, 0.5], [0.5, 1.5, 1.0]]))
+    assert torch.allclose(standardise(g, False), torch.tensor([[0.0, 0.75, 1.0], [0.0, 1.0, 0.5]]))
+    assert standardise(torch.ones(3), False).tolist() == [0.0, 0.0, 0.0]  # no span: no NaN
+
+
+def test_protected_sensitivity_equals_its_definition_on_a_linear_model():
+    # Linear model: IG is (x - baseline) * w_y in closed form. Each round draws its rows (with
+    # replacement) and then its baseline from U(-1, 1) with the seeded generator, averages the
+    # rows' IG, standardises across features and averages the protected ones.
+    model = _linear().double()
+    x = torch.randn(30, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = (x[:, 0] > 0).long()
+    w = model.weight.detach()
+    rng = torch.Generator().manual_seed(7)
+    expected = []
+    for _ in range(3):
+        rows = torch.randint(30, (11,), generator=rng)
+        baseline = torch.rand(1, 3, generator=rng).double() * 2 - 1
+        g = ((x[rows] - baseline) * w[y[rows]]).mean(0)
+        expected.append(float(standardise(g, False)[[0, 2]].mean()))
+    got = protected_sensitivity(
+        model, x, y, [0, 2], two_dimensional=False, rounds=3, samples=11, seed=7, n_steps=4
+    )
+    assert got == pytest.approx(expected, abs=1e-9)
+
+
+def test_protected_sensitivity_defaults_are_the_papers():
+    # The appendix: 100 rounds of 2,500 test points; Captum's 50 steps; seed 0.
+    defaults = {
+        name: p.default for name, p in inspect.signature(protected_sensitivity).parameters.items()
+    }
+    assert (defaults["rounds"], defaults["samples"], defaults["n_steps"]) == (100, 2500, 50)
+    assert defaults["seed"] == 0

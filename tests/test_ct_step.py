@@ -475,3 +475,48 @@ def test_hand_constants_follow_the_formulas():
     d_adv = ((sigmoid(-1.0) - 1) * 0.5 + sigmoid(-1.5) * 1.0) / 2
     d_w00 = -0.25 + 0.5 * (-0.5 / 2) + 0.1 * (10.5 / 2) + 0.25 * d_adv
     assert d_w00 == pytest.approx(HAND["dW00"], abs=1e-8)
+
+
+def _three_rows() -> CounterfactualBatch:
+    g = torch.Generator().manual_seed(0)
+    x = [torch.randn(3, 2, generator=g) for _ in range(3)]  # rows unlike features: 3 and 2
+    return CounterfactualBatch(
+        counterfactual=x[0],
+        neighbour=x[1],
+        nascent=x[2],
+        target=torch.tensor([1, 0, 1]),
+        label=torch.tensor([0, 1, 1]),
+        valid=torch.tensor([True, False, True]),
+        iterations=torch.tensor([3, 5, 1]),
+        factual_index=torch.tensor([0, 1, 2]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("div", "reg", "adv"),
+    [(0.5, 0.0, 0.0), (0.0, 0.1, 0.0), (0.0, 0.0, 0.25), (0.0, 0.0, 0.0), (0.5, 0.1, 0.25)],
+)
+def test_a_term_has_a_gradient_exactly_when_its_weight_is_positive(div, reg, adv):
+    # The energy differential and its ridge share their forward passes: both carry a gradient
+    # when either is weighted. The fused forward pass (one call for the three inputs) gives the
+    # same terms as three calls.
+    objective = FullObjective(lambda_div=div, lambda_reg=reg, lambda_adv=adv)
+    cf, rows = _three_rows(), slice(0, 3)
+    got = {}
+    for fuse in (False, True):
+        model, calls = linear_model(), []
+        model.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        got[fuse] = counterfactual_terms(model, objective, cf, rows, fuse)
+        assert len(calls) == (1 if fuse else 3)
+        energy = div > 0 or reg > 0
+        assert got[fuse]["implaus"].requires_grad == energy
+        assert got[fuse]["reg_loss"].requires_grad == energy
+        assert got[fuse]["adv_loss"].requires_grad == (adv > 0)
+    for name, value in got[False].items():
+        close(got[True][name].detach(), float(value.detach()))
+    # The batch loss passes fuse on: the classifier's forward pass plus one or three.
+    for fuse, forwards in ((True, 2), (False, 4)):
+        model, calls = linear_model(), []
+        model.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        batch_loss(model, objective, XB, YB, cf, rows, fuse)
+        assert len(calls) == forwards

@@ -3,6 +3,7 @@ none of the book's, the grid's or the tests' dependencies installed."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -77,3 +78,23 @@ def test_the_library_installs_and_runs_without_extras(tmp_path: Path) -> None:
         assert "trained, searched and evaluated" in done.stdout
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # gigabytes of torch
+
+
+def test_the_tests_are_collected_without_the_browser_extra(tmp_path: Path) -> None:
+    """Only the browser tests need playwright: with it unimportable, every test module still
+    imports (the browser fixture then skips off CI and fails on it)."""
+    blocked = tmp_path / "playwright"
+    blocked.mkdir()
+    (blocked / "__init__.py").write_text('raise ImportError("the browser extra is not installed")')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "error" not in run.stdout.lower().splitlines()[-1]
+    assert "tests collected" in run.stdout

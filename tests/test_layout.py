@@ -13,7 +13,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cfbook"
-LEAVES = {"amp", "atomic", "device", "models", "objectives", "profiling", "progress"}
+LEAVES = {
+    "amp",
+    "atomic",
+    "device",
+    "errors",
+    "inputs",
+    "models",
+    "objectives",
+    "profiling",
+    "progress",
+}
 PARTS = {"search", "training", "evaluation", "data", "paper", "book", "commands"}
 
 
@@ -67,3 +77,16 @@ def test_importing_the_library_loads_no_book_machinery():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_named_mutants_still_apply():
+    # scripts/named_mutants.py replaces exact text: a refactor that moves it must update the
+    # edit (the script refuses to run otherwise), so the suite checks the texts are there.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import named_mutants
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    for edit in named_mutants.EDITS:
+        assert (ROOT / edit.path).read_text().count(edit.old) == 1, edit.name
+        assert all((ROOT / test).is_file() for test in edit.tests)

@@ -91,3 +91,35 @@ def test_mmd2_is_small_for_the_same_distribution_and_large_otherwise():
     assert mmd2(a, far) > 0.3
     with pytest.raises(ValueError, match="two samples"):
         mmd2(a[:1], b)
+
+
+def brute_force_median_bandwidth(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The median heuristic from its definition: the median of the distances between distinct
+    points of both samples, each pair in both orders, zero distances left out."""
+    both = torch.cat([a, b]).tolist()
+    distances = [math.dist(u, v) for i, u in enumerate(both) for j, v in enumerate(both) if i != j]
+    positive = sorted(d for d in distances if d > 0)
+    return positive[(len(positive) - 1) // 2]  # torch's median: the lower of the middle two
+
+
+@pytest.mark.parametrize("spread", [0.1, 3.0])  # every distance below 1, and most above
+def test_mmd2_median_heuristic_equals_the_brute_force_bandwidth(spread):
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(6, 2, generator=g, dtype=torch.float64) * spread
+    b = torch.randn(5, 2, generator=g, dtype=torch.float64) * spread + spread
+    a[1] = a[0]  # a zero distance, which the heuristic leaves out
+    bandwidth = brute_force_median_bandwidth(a, b)
+    assert mmd2(a, b) == pytest.approx(brute_force_mmd2(a, b, bandwidth), abs=1e-12)
+
+
+def test_mmd2_of_identical_points_is_zero_whatever_the_bandwidth():
+    same = torch.ones(3, 2)
+    assert mmd2(same, same) == 0.0  # no positive distance: the heuristic falls back, finitely
+
+
+def test_empty_inputs_are_refused_on_either_side():
+    rows = torch.zeros(3, 2)
+    with pytest.raises(ValueError, match="at least one counterfactual"):
+        implausibility(rows[:0], rows)
+    with pytest.raises(ValueError, match="two samples on each side"):
+        mmd2(rows, rows[:1])

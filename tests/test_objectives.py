@@ -34,6 +34,9 @@ def test_which_objectives_need_counterfactuals():
 def test_negative_weight_is_named():
     with pytest.raises(ValueError, match="lambda_adv"):
         FullObjective(lambda_adv=-1.0)
+    for wrong in ("0.5", True, None):  # a string, a bool, nothing: not a number
+        with pytest.raises(ValueError, match="lambda_div must be a non-negative number"):
+            FullObjective(lambda_div=wrong)
 
 
 @pytest.mark.parametrize(
@@ -46,7 +49,10 @@ def test_negative_weight_is_named():
     ],
 )
 def test_a_weight_the_objective_does_not_use_is_an_error(objective, weight):
-    with pytest.raises(ValueError, match=f"{objective.__name__} has no {weight} term"):
+    uses = ", ".join(objective.uses)
+    with pytest.raises(
+        ValueError, match=f"{objective.__name__} has no {weight} term \\(it uses {uses}\\)"
+    ):
         objective(**{weight: 0.5})
     assert objective(**{weight: 0.0}).lambdas == objective().lambdas
 

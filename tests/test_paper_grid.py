@@ -4,6 +4,9 @@ run at smoke sizes on two data sets, as CI does."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +30,18 @@ from cfbook.book.figures.reproduction import (
 )
 from cfbook.commands.paper import main
 from cfbook.paper.agreement import binomial_se, count, level_agrees, reduction_agrees
-from cfbook.paper.grid import ABLATION, TRAININGS, Cell, Scale, cell_config, grid_cells, run_cell
+from cfbook.paper.files import Busy, locked
+from cfbook.paper.grid import (
+    ABLATION,
+    TRAININGS,
+    Cell,
+    Scale,
+    cell_config,
+    grid_cells,
+    run_cell,
+    run_evaluation,
+)
+from cfbook.paper.merge import merge_results
 from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, load_experiment_data
 from cfbook.search.generators import NativeGenerator
 
@@ -169,24 +183,117 @@ def test_a_finished_cell_is_reused_and_other_settings_are_refused(smoke, capsys)
         run_cell(cell, Scale(seeds=2, epochs=3, rounds=4), smoke, device=torch.device("cpu"))
 
 
-def test_an_interrupted_cell_resumes_from_its_checkpoint(tmp_path):
+def _without_times(result: dict) -> dict:
+    """A cell's result without what a clock decides."""
+    log = [{k: v for k, v in r.items() if k != "time_taken"} for r in result["log"]]
+    return {**{k: v for k, v in result.items() if k not in ("seconds", "log")}, "log": log}
+
+
+def test_a_cell_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     cell = grid_cells(Scale.smoke(), ["lin_sep"])[1]
     scale = Scale(seeds=1, epochs=4, rounds=2, max_train=200, max_nce=50)
+    steps_per_epoch = -(-200 // cell_config(cell, scale)["batch_size"])  # the last one short
+    cpu = torch.device("cpu")
+    whole = run_cell(cell, scale, tmp_path / "whole", device=cpu, report=lambda _: None)
 
-    class Stop(Exception):
+    class Killed(Exception):
         pass
 
-    def stop_at_epoch_3(line: str) -> None:
-        if "epoch 3/4" in line:
-            raise Stop
+    steps = []
+    kill_at = [2 * steps_per_epoch + steps_per_epoch // 2]  # mid-epoch 3, 2 epochs checkpointed
+    step = torch.optim.Adam.step
 
-    with pytest.raises(Stop):
-        run_cell(cell, scale, tmp_path, device=torch.device("cpu"), report=stop_at_epoch_3)
-    assert (tmp_path / "checkpoints" / cell.name).is_dir()
-    lines: list[str] = []
-    result = run_cell(cell, scale, tmp_path, device=torch.device("cpu"), report=lines.append)
-    assert [r["epoch"] for r in result["log"]] == [1, 2, 3, 4]
-    assert not any("epoch 1/4" in line or "epoch 2/4" in line for line in lines)
+    def counted(self, *args, **kwargs):
+        steps.append(1)
+        if len(steps) in kill_at:
+            raise Killed
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", counted)
+    cut = tmp_path / "cut"
+    with pytest.raises(Killed):
+        run_cell(cell, scale, cut, device=cpu, report=lambda _: None)
+    assert (cut / "checkpoints" / cell.name).is_dir() and not list((cut / "cells").glob("*.json"))
+    assert not (cut / "cells" / f"{cell.name}.json.lock").exists()  # released on the way out
+    steps.clear()
+    kill_at.clear()
+    resumed = run_cell(cell, scale, cut, device=cpu, report=lambda _: None)
+    assert len(steps) == 2 * steps_per_epoch  # epochs 3 and 4 only: no finished epoch again
+    assert _without_times(resumed) == _without_times(whole)
+    for a, b in zip(
+        torch.load(cut / "cells" / f"{cell.name}.pt", weights_only=True).values(),
+        torch.load(tmp_path / "whole" / "cells" / f"{cell.name}.pt", weights_only=True).values(),
+        strict=True,
+    ):
+        assert torch.equal(a, b)
+    assert not (cut / "checkpoints" / cell.name).exists()
+
+
+def test_a_corrupt_file_is_refused_by_name_and_the_rest_is_kept(smoke, tmp_path, capsys):
+    out = tmp_path / "grid"
+    shutil.copytree(smoke, out)
+    cell = grid_cells(Scale.smoke(), ["lin_sep"])[1]
+    broken_cell = out / "cells" / f"{cell.name}.json"
+    broken_cell.write_text(broken_cell.read_text()[:100])  # truncated mid-write by hand
+    broken_eval = out / "evaluations" / "lin_sep-s1.json"
+    broken_eval.write_bytes(b"\x00" * 10)
+    kept = {p: p.stat().st_mtime_ns for p in out.rglob("*.json")}
+    capsys.readouterr()
+    assert main(["--smoke", "--data", "lin_sep", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{broken_cell} is truncated or corrupt" in err and f"--cell {cell.index} --force" in err
+    assert f"{broken_eval} is truncated or corrupt" in err and "--evaluate lin_sep:1 --force" in err
+    assert "2 part(s) of the grid failed" in err and "results.json was not merged" in err
+    # Every other cell and evaluation was reused, untouched, and so were the broken files.
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.json")} == kept
+    # A truncated weights file is named too, before any evaluation work.
+    weights = out / "cells" / f"{cell.name}.pt"
+    weights.write_bytes(weights.read_bytes()[:50])
+    with pytest.raises(ValueError, match=f"{weights}.*cannot be loaded.*--force"):
+        run_evaluation("lin_sep", 0, Scale.smoke(), out, device=torch.device("cpu"), force=True)
+
+
+def test_a_cell_run_by_another_live_process_is_refused(smoke, tmp_path):
+    out = tmp_path / "grid"
+    shutil.copytree(smoke, out)
+    cell = grid_cells(Scale.smoke(), ["lin_sep"])[0]
+    lock = out / "cells" / f"{cell.name}.json.lock"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(f"{socket.gethostname()} {other.pid}")
+        with pytest.raises(Busy, match=f"cell {cell.index} .* is being run by process {other.pid}"):
+            run_cell(cell, Scale.smoke(), out, device=torch.device("cpu"), force=True)
+        assert lock.exists()  # not this process's to remove
+    finally:
+        other.kill()
+        other.wait()
+    # Its process is gone: the lock is stale and taken over.
+    with locked(out / "cells" / f"{cell.name}.json", "a cell"):
+        assert lock.read_text() == f"{socket.gethostname()} {os.getpid()}"
+    assert not lock.exists()
+    # A lock held on another host cannot be checked from here: refused, naming the way out.
+    lock.write_text("elsewhere 1")
+    with pytest.raises(Busy, match="delete the lock file if that process is gone"):
+        run_cell(cell, Scale.smoke(), out, device=torch.device("cpu"), force=True)
+    lock.unlink()
+    # A finished evaluation is reused without taking its lock.
+    (out / "evaluations" / "lin_sep-s0.json.lock").write_text("elsewhere 1")
+    run_evaluation("lin_sep", 0, Scale.smoke(), out, device=torch.device("cpu"))
+    with pytest.raises(Busy, match="the evaluation of lin_sep:0 is being run by process 1"):
+        run_evaluation("lin_sep", 0, Scale.smoke(), out, device=torch.device("cpu"), force=True)
+
+
+def test_a_merge_with_missing_cells_names_them(smoke, tmp_path):
+    out = tmp_path / "grid"
+    shutil.copytree(smoke, out)
+    (out / "cells" / "adult-full-s1.json").unlink()
+    (out / "cells" / "lin_sep-vanilla-s0.json").unlink()
+    names = "cells: adult-full-s1, lin_sep-vanilla-s0; train them"
+    with pytest.raises(FileNotFoundError, match=names):
+        merge_results(out)
+    (out / "evaluations" / "adult-s0.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="adult-s0.json holds a list, not a result"):
+        merge_results(out)
 
 
 def test_agreement_follows_the_stated_rule():

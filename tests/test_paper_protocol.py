@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
 
-from cfbook.evaluation.protocol import PaperProtocol, paper_evaluate
+from cfbook.evaluation.metrics import ip_star
+from cfbook.evaluation.protocol import PaperProtocol, _run_measures, paper_evaluate
 from cfbook.evaluation.statistics import compare_models
 from cfbook.search.generators import NativeGenerator
 
@@ -155,3 +158,78 @@ def test_one_hot_groups_reach_the_search_and_the_result(toy, monkeypatch):
             net[0].weight[:, :2] = old.weight
     out = paper_evaluate(grouped, wide, y, protocol, categorical=[[2, 3]])
     assert seen == [[[2, 3]]] * 2 and out["categorical"] == [[2, 3]]
+
+
+def test_two_copies_of_one_model_meet_the_same_reference_points_in_every_run(toy, monkeypatch):
+    # CT and the baseline are paired: each run gives both the same individuals and the same
+    # reference points (fewer than the test set holds, so a second draw would differ). Each
+    # model draws its own factuals, so the stub search puts every counterfactual at one point
+    # per target class: two copies of one model must then get the same IP and IP* run by run.
+    x, y = toy
+
+    def stub(self, model, x0, target, **kwargs):
+        cf = torch.stack([target * 4.0 - 2.0, torch.zeros_like(target, dtype=x0.dtype)], 1)
+        return type("Found", (), {"counterfactual": cf})()
+
+    monkeypatch.setattr(NativeGenerator, "generate", stub)
+    protocol = PaperProtocol(rounds=5, individuals=12, energy_weights=(0.1, 1.0), ip_draws=20)
+    protocol = replace(protocol, mmd_samples=6)
+    out = paper_evaluate({"ct": _by_sign(0), "baseline": _by_sign(0)}, x, y, protocol)
+    ct, baseline = out["per_round"]["ct"], out["per_round"]["baseline"]
+    assert ct["validity"] == [1.0] * 5
+    assert len(set(ct["ip"])) == 5  # each run draws its own reference points
+    for key in ("ip", "ip_star_5", "ip_star_0.5"):
+        assert ct[key] == baseline[key]
+
+
+def test_one_runs_measures_number_by_number():
+    # Five individuals, two features. Valid: rows 0, 1, 2, 4 (targets 1, 1, 0, 1); row 3 is not.
+    x0 = torch.tensor([[0.0, 0.0], [1.0, 0.0], [4.0, 4.0], [9.0, 9.0], [2.0, 0.0]])
+    cf = torch.tensor([[3.0, 0.0], [3.0, 1.0], [0.0, 4.0], [5.0, 5.0], [3.0, 2.0]])
+    valid = torch.tensor([True, True, True, False, True])
+    target = torch.tensor([1, 1, 0, 1, 1])
+    ones = torch.tensor([[3.0, 0.0], [3.0, 2.0], [5.0, 5.0]])
+    zero = torch.tensor([[0.0, 0.0]])  # one point: IP but no IP* for class 0
+    references = {0: (zero, zero), 1: (ones[:2], ones)}
+    protocol = replace(PaperProtocol(), length_scales=(1.0,))
+    got = _run_measures(x0, cf, valid, target, references, protocol, torch.Generator())
+    assert got["validity"] == pytest.approx(0.8)
+    assert got["cost"] == pytest.approx((3 + 3 + 4 + 3) / 4)  # the invalid row left out
+    # IP, each valid counterfactual's mean L1 to its target class's points: row 0 to (3, 0) and
+    # (3, 2): 0 and 2, so 1; row 1: 1 and 1; row 4: 2 and 0; row 2 to (0, 0): 4.
+    assert got["ip"] == pytest.approx((1 + 1 + 4 + 1) / 4)
+    # IP*: class 1 only, all three of its valid counterfactuals against its three points.
+    assert got["ip_star_1"] == pytest.approx(ip_star(cf[[0, 1, 4]], ones, 1.0))
+    # Nothing valid: validity 0 and no other measure.
+    none = _run_measures(x0, cf, valid & False, target, references, protocol, torch.Generator())
+    assert none == {"validity": 0.0, "cost": None, "ip": None, "ip_star_1": None}
+    # Two valid counterfactuals of a class are enough for its IP*.
+    two = valid & (torch.arange(5) != 4)
+    got = _run_measures(x0, cf, two, target, references, protocol, torch.Generator())
+    assert got["ip_star_1"] == pytest.approx(ip_star(cf[:2], ones, 1.0))
+
+
+def test_ip_star_subsamples_the_valid_counterfactuals_with_the_protocols_generator(toy):
+    # Valid counterfactuals beyond mmd_samples are subsampled with the seeded generator: the
+    # global RNG plays no part.
+    x, y = toy
+    protocol = PaperProtocol(rounds=2, individuals=30, energy_weights=(1.0,), mmd_samples=4)
+    torch.manual_seed(0)
+    first = paper_evaluate({"ct": _by_sign(0)}, x, y, protocol)
+    torch.manual_seed(1)
+    assert paper_evaluate({"ct": _by_sign(0)}, x, y, protocol) == first
+    with pytest.raises(ValueError, match="mmd_samples must be at least 2"):
+        PaperProtocol(mmd_samples=1)
+    assert PaperProtocol(mmd_samples=2).mmd_samples == 2
+
+
+def test_the_test_time_search_is_the_papers():
+    # ECCo with no cost term, the protocol's tau, steps and categorical rule, at each energy weight.
+    protocol = PaperProtocol(
+        tau=0.5, maxiter=7, step_size=0.3, categorical_gradient="straight_through"
+    )
+    search = protocol.generator(5.0)
+    assert (search.lambda_cost, search.lambda_energy, search.tau) == (0.0, 5.0, 0.5)
+    assert (search.maxiter, search.step_size) == (7, 0.3)
+    assert search.categorical_gradient == "straight_through"
+    assert PaperProtocol().step_size == 0.1  # Flux's Descent() default, which CT.jl runs

@@ -16,11 +16,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
 from conftest import REPO
-from playwright.sync_api import Browser
 from sitecheck import (
     dead_links,
     drawn_figures,
@@ -34,6 +34,9 @@ from sitecheck import (
 from cfbook.book.site.build import PLOTLY_JS
 from cfbook.book.site.nbconvert import _figure_numbers
 from cfbook.book.toc import read_book
+
+if TYPE_CHECKING:  # the browser extra; only the browser tests need it
+    from playwright.sync_api import Browser
 
 PRE_RENDER = REPO / "scripts" / "quarto_pre_render.py"
 POST_RENDER = REPO / "scripts" / "quarto_post_render.py"

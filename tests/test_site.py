@@ -6,17 +6,20 @@ import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
 import yaml
 from conftest import REPO, SmokeBook
-from playwright.sync_api import Browser
 from sitecheck import dead_links, drawn_figures, notebook_figures, open_page, page_links, serve
 
 from cfbook.book.site.build import PLOTLY_JS, build_site
 from cfbook.book.site.nbconvert import chapter_title
 from cfbook.book.toc import CONFIG_FILE, HOME_PAGE, read_book
+
+if TYPE_CHECKING:  # the browser extra; only the browser tests need it
+    from playwright.sync_api import Browser
 
 _CONFIG = {
     "book": {

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cfbook.evaluation.rounds import draw_individuals, draw_rows
-from cfbook.evaluation.statistics import compare_rounds, mean_se
+from cfbook.evaluation.statistics import compare_models, compare_rounds, mean_se
 
 
 def test_each_individual_has_a_factual_and_another_target_class():
@@ -74,9 +74,61 @@ def test_compare_rounds_by_hand():
         compare_rounds([None], [1.0])
     with pytest.raises(ValueError, match="one value per round"):
         compare_rounds([1.0], [1.0, 2.0])
+    for level in (0.0, 1.0):
+        with pytest.raises(ValueError, match="level must lie in"):
+            compare_rounds([1.0, 2.0], [2.0, 3.0], level)
+
+
+def test_compare_models_passes_its_level_on():
+    per_round = {"ct": {"ip": [1.0, 2.0, 3.0, 6.0]}, "bl": {"ip": [2.0, 4.0, 3.0, 4.0]}}
+    wide, narrow = compare_models(per_round, "ct", "bl"), compare_models(per_round, "ct", "bl", 0.5)
+    assert wide["ip"]["ci_low"] == pytest.approx(-1.985)  # 0.99 by default
+    # 25 % and 75 % quantiles of -2, -1, 0, 2: -1.25 and 0.5.
+    assert narrow["ip"]["ci_low"] == pytest.approx(-1.25) and narrow["ip"]["ci_high"] == 0.5
 
 
 def test_mean_and_standard_error_by_hand():
     assert mean_se([1.0, 2.0, 3.0]) == {"mean": 2.0, "se": pytest.approx(1 / math.sqrt(3)), "n": 3}
     assert mean_se([4.0, None]) == {"mean": 4.0, "se": None, "n": 1}
     assert mean_se([None]) == {"mean": None, "se": None, "n": 0}
+
+
+def test_compare_rounds_at_its_edges():
+    # Exactly two ratios: the SE is defined (the sample std of 0.5 and 1.0, times 100).
+    two = compare_rounds([1.0, 2.0], [2.0, 2.0])
+    assert two["se"] == pytest.approx(100 * math.sqrt(0.125))
+    # No ratio at all (every baseline 0): no reduction, no SE, no reduction interval.
+    none = compare_rounds([1.0, 2.0], [0.0, 0.0])
+    assert none["ratio_rounds"] == 0
+    assert all(math.isnan(none[k]) for k in ("reduction", "se", "reduction_low", "reduction_high"))
+    # An interval that ends at 0 on either side holds 0: not significant.
+    assert not compare_rounds([1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0])["significant"]
+    assert not compare_rounds([0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0])["significant"]
+
+
+def test_the_interval_covers_a_known_shift():
+    # CT's rounds are the baseline's lowered by 1.0 plus noise of SD 0.1: the percentile interval
+    # of the per-round differences must hold -1.0 and not 0, and the reduction be near 1 / 3.
+    g = torch.Generator().manual_seed(0)
+    baseline = (3.0 + 0.1 * torch.randn(300, generator=g, dtype=torch.float64)).tolist()
+    ct = [b - 1.0 + 0.1 * float(torch.randn(1, generator=g)) for b in baseline]
+    out = compare_rounds(ct, baseline)
+    assert out["ci_low"] < -1.0 < out["ci_high"] < 0 and out["significant"]
+    assert out["reduction"] == pytest.approx(100 / 3, abs=1.0)
+
+
+def test_draws_come_from_the_generator_alone():
+    predicted = {
+        "ct": torch.tensor([0, 1, 2, 0, 1, 2]),
+        "baseline": torch.tensor([2, 1, 0, 0, 1, 2]),
+    }
+    draws = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)  # the global RNG plays no part
+        rng = torch.Generator().manual_seed(3)
+        people = draw_individuals(predicted, [0, 1, 2], 50, rng)
+        draws.append(
+            (people.factual, people.target, draw_rows(predicted["ct"], people.factual, rng))
+        )
+    for a, b in zip(*draws, strict=True):
+        assert torch.equal(a, b)

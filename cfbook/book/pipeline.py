@@ -46,6 +46,7 @@ from cfbook.book.stages import (
 from cfbook.book.toc import CONFIG_FILE, read_book
 from cfbook.data import find_data_dir
 from cfbook.device import detect_device
+from cfbook.errors import SetupError
 from cfbook.progress import format_duration
 from cfbook.training.distributed import THREADS_ENV
 from cfbook.training.log import load_log
@@ -124,7 +125,7 @@ def kernel_name() -> str:
 
     install(kernel_name=KERNEL_NAME, display_name="Python (cfbook)", prefix=sys.prefix)
     if not runs_here(KERNEL_NAME):
-        raise RuntimeError(
+        raise SetupError(
             f"the Jupyter kernel {KERNEL_NAME!r} does not start {sys.executable}; remove the "
             "shadowing kernelspec (`jupyter kernelspec list`) and run the pipeline again"
         )

@@ -8,3 +8,14 @@
 
 The layer at the top: a command may import any part of cfbook, and nothing imports a command.
 """
+
+from __future__ import annotations
+
+import subprocess
+
+from cfbook.errors import SetupError
+
+#: What a command line reports as one line ``error: <type>: <message>`` (exit status 2): bad
+#: parameters, missing files, a child process that failed, a device or launcher that is not
+#: there. Anything else, torch's own ``RuntimeError`` included, keeps its traceback.
+USER_ERRORS = (ValueError, OSError, subprocess.CalledProcessError, SetupError)

@@ -19,12 +19,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from cfbook.data import find_data_dir
 from cfbook.device import detect_device
+from cfbook.errors import SetupError
 from cfbook.paper.grid import (
     ABLATION,
     Scale,
@@ -108,7 +111,7 @@ def run_variant(
                 key, seed, scale, here, device=device, data=loaded, variant=variant, cells=cells
             )
             print(f"  {variant.name} evaluation {key}:{seed}: {result['seconds']:.0f} s")
-    path = merge_results(here)
+    path = merge_results(here, None if variant.retrains else out / "cells")
     print(f"{variant.name}: {format_duration(time.perf_counter() - start)}, merged into {path}")
     return path
 
@@ -175,16 +178,32 @@ def main(argv: list[str] | None = None) -> int:
         left = elapsed / k * (total - k) if k else 0.0
         return f"[{k}/{total}, {format_duration(elapsed)} so far, ~{format_duration(left)} left]"
 
+    failed: list[str] = []
+
+    def attempt(what: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        """One cell or evaluation; a file it cannot use, or a lock held by another process, is
+        reported and the rest of the grid goes on."""
+        try:
+            return run()
+        except (ValueError, FileNotFoundError, SetupError) as err:
+            print(f"  {what} failed: {err}", file=sys.stderr, flush=True)
+            failed.append(what)
+            return None
+
     for cell in cells:
         print(f"cell {cell.index} {cell.name} {status(done_work)}", flush=True)
-        result = run_cell(
-            cell, scale, out, device=device, data=data_of(cell.data), force=args.force
+        result = attempt(
+            f"cell {cell.index} ({cell.name})",
+            lambda cell=cell: run_cell(
+                cell, scale, out, device=device, data=data_of(cell.data), force=args.force
+            ),
         )
-        print(
-            f"  {cell.name}: {result['seconds']:.0f} s of training, test accuracy "
-            f"{result['test_accuracy']:.3f}",
-            flush=True,
-        )
+        if result is not None:
+            print(
+                f"  {cell.name}: {result['seconds']:.0f} s of training, test accuracy "
+                f"{result['test_accuracy']:.3f}",
+                flush=True,
+            )
         done_work += 1
     extras = [run_evaluation] + ([run_ablation] if ablation else []) + ([run_ig] if args.ig else [])
     total += len(evaluations) * (len(extras) - 1)
@@ -192,9 +211,24 @@ def main(argv: list[str] | None = None) -> int:
         for run in extras:
             what = run.__name__.removeprefix("run_")
             print(f"{what} {key}:{seed} {status(done_work)}", flush=True)
-            result = run(key, seed, scale, out, device=device, data=data_of(key), force=args.force)
-            print(f"  {what} {key}:{seed}: {result['seconds']:.0f} s", flush=True)
+            result = attempt(
+                f"{what} {key}:{seed}",
+                lambda run=run, key=key, seed=seed: run(
+                    key, seed, scale, out, device=device, data=data_of(key), force=args.force
+                ),
+            )
+            if result is not None:
+                print(f"  {what} {key}:{seed}: {result['seconds']:.0f} s", flush=True)
             done_work += 1
+    if failed:
+        print(
+            f"{len(failed)} part(s) of the grid failed, the rest is saved in {out}: "
+            + "; ".join(failed)
+            + ". Fix them as each message says and run the same command again (finished "
+            "cells and evaluations are reused); results.json was not merged.",
+            file=sys.stderr,
+        )
+        return 1
     partial = (
         args.cell or args.evaluate or args.train_task is not None or args.eval_task is not None
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from cfbook.book.pipeline import StageFailed, run_pipeline
 from cfbook.book.profiles import PROFILES, resolve_parameters
 from cfbook.book.toc import CONFIG_FILE
+from cfbook.commands import USER_ERRORS
 
 __all__ = ["main"]
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose and err.__cause__ is not None:
             traceback.print_exception(err.__cause__)
         return 1
-    except (ValueError, OSError, RuntimeError, subprocess.CalledProcessError) as err:
+    except USER_ERRORS as err:
         # Bad parameters, a missing chapter or device, a kernel or Quarto that will not run.
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cfbook.book.profiles import PROFILES, resolve_parameters
 from cfbook.book.stages import TRAINING_MODES, run_training_stage
+from cfbook.commands import USER_ERRORS
 from cfbook.profiling import profile_markdown
 from cfbook.training import distributed
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         log = run_training_stage(
             mode, profile, device=processes.device, data_dir=args.data_dir, **options
         )
-    except (ValueError, RuntimeError, OSError) as err:
+    except USER_ERRORS as err:
         # Any rank's failure ends the job: torchrun stops the others when this one exits.
         where = f" (rank {distributed.rank()})" if distributed.world_size() > 1 else ""
         sys.stderr.write(f"error{where}: {type(err).__name__}: {err}\n")

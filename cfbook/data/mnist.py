@@ -16,6 +16,7 @@ from torchvision.datasets.utils import check_integrity
 
 from cfbook.data.loader import DeviceLoader
 from cfbook.data.paths import display_path, find_data_dir
+from cfbook.errors import SetupError
 from cfbook.models import IMAGE_SHAPE, N_FEATURES
 
 DOWNLOAD_TIMEOUT_S = 10.0
@@ -173,7 +174,7 @@ def _download_train(root: Path) -> None:
     try:
         MNIST(str(root), train=True, download=True)
     except (RuntimeError, OSError) as err:
-        raise RuntimeError(
+        raise SetupError(
             f"could not download the MNIST training split into {root / 'MNIST' / 'raw'} "
             f"(offline?): {err}. Use download=False to train on the shipped test split, or copy "
             "train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz there by hand."

@@ -22,8 +22,15 @@ from torch import Tensor, nn
 from cfbook.evaluation.metrics import cost, implausibility, ip_star, is_valid, predict
 from cfbook.evaluation.rounds import draw_individuals, draw_rows
 from cfbook.evaluation.statistics import mean_of
+from cfbook.inputs import (
+    check_features,
+    check_finite,
+    check_label_range,
+    check_labels,
+    check_not_empty,
+)
 from cfbook.search.constraints import Categorical, Domain, Mutability
-from cfbook.search.generators import NativeGenerator
+from cfbook.search.generators import NativeGenerator, count_classes
 from cfbook.search.targets import label_levels
 
 # IP*: CT.jl's code uses a Gaussian kernel of length scale 5.0, the paper's text says 0.5.
@@ -63,6 +70,11 @@ class PaperProtocol:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.mmd_samples < 2:
+            raise ValueError(
+                "mmd_samples must be at least 2 (an MMD^2 needs two points a side), got "
+                f"{self.mmd_samples}"
+            )
         if not self.energy_weights or not self.length_scales:
             raise ValueError("energy_weights and length_scales must not be empty")
 
@@ -117,9 +129,7 @@ def _run_measures(
     valid_targets = target[keep]
     for c in valid_targets.unique().tolist():
         mine = cf[keep[valid_targets == c]]
-        near, sample = references[c]
-        if not near.shape[0]:
-            continue
+        near, sample = references[c]  # every class of y_test has test points
         ip_sum += implausibility(mine, near) * mine.shape[0]
         ip_count += mine.shape[0]
         if mine.shape[0] >= 2 and sample.shape[0] >= 2:
@@ -135,6 +145,23 @@ def _run_measures(
 def ip_star_key(length_scale: float) -> str:
     """The name of IP* at one kernel length scale in the protocol's results."""
     return f"ip_star_{length_scale:g}"
+
+
+def _check_test_set(models: Mapping[str, nn.Module], x_test: Tensor, y_test: Tensor) -> None:
+    """The test set checked once, before any search: flat float rows, at least one, all finite,
+    one integer label each, and rows and labels that every model takes."""
+    check_features(x_test, "x_test", "x_test")
+    check_not_empty(
+        x_test,
+        "the test set",
+        "pass x_test and y_test holding test points of at least two classes",
+    )
+    check_labels(y_test, x_test.shape[0], "y_test", "y_test", "x_test")
+    check_finite(x_test, "x_test")
+    for name, model in models.items():
+        named = f"model {name!r}"
+        n_classes = count_classes(model, x_test, "x_test", "x_test", named)
+        check_label_range(y_test, n_classes, "y_test", named)
 
 
 def paper_evaluate(
@@ -162,8 +189,9 @@ def paper_evaluate(
     """
     if len(models) < 1:
         raise ValueError("paper_evaluate needs at least one model")
+    _check_test_set(models, x_test, y_test)
     rng = torch.Generator().manual_seed(protocol.seed)
-    levels = label_levels(y_test).tolist()
+    levels = label_levels(y_test, "y_test").tolist()
     predicted = {name: predict(model, x_test) for name, model in models.items()}
     keys = ("validity", "cost", "ip", *map(ip_star_key, protocol.length_scales))
     per_weight: dict[str, dict[float, dict[str, list[float | None]]]] = {m: {} for m in models}

@@ -40,6 +40,7 @@ from cfbook.objectives import (
     Objective,
     VanillaObjective,
 )
+from cfbook.paper.files import locked, read_json
 from cfbook.paper.settings import (
     EPOCHS,
     EXPERIMENTS,
@@ -183,19 +184,13 @@ def _model(data: ExperimentData) -> nn.Module:
     return mlp(data.x.shape[1], (HIDDEN,), int(data.y.max()) + 1)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+def _reusable(path: Path, config: dict[str, Any], force: bool, rerun: str) -> dict[str, Any] | None:
+    """A saved result for ``config``; an error if it was made with other settings or cannot be
+    read, naming ``rerun``, the grid's options that run it again."""
+    if force:
         return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); delete it to run it again") from err
-
-
-def _reusable(path: Path, config: dict[str, Any], force: bool) -> dict[str, Any] | None:
-    """A saved result for ``config``; an error if it was made with other settings."""
-    saved = _read_json(path)
-    if saved is None or force:
+    saved = read_json(path, f"run it again (python -m cfbook.commands.paper {rerun} --force)")
+    if saved is None:
         return None
     if saved.get("config") != config:
         raise ValueError(
@@ -219,9 +214,28 @@ def run_cell(
     """Train one cell (or reuse its saved result) and return its result file's content."""
     config = cell_config(cell, scale, variant)
     result_path = out / "cells" / f"{cell.name}.json"
-    saved = _reusable(result_path, config, force)
+    rerun = f"--cell {cell.index}"
+    saved = _reusable(result_path, config, force, rerun)
     if saved is not None:
         return saved
+    with locked(result_path, f"cell {cell.index} ({cell.name})"):
+        # A process that held the lock before this one may have just finished the cell.
+        saved = None if force else _reusable(result_path, config, force, rerun)
+        return saved or _train_cell(cell, scale, out, config, device, data, report, variant)
+
+
+def _train_cell(
+    cell: Cell,
+    scale: Scale,
+    out: Path,
+    config: dict[str, Any],
+    device: torch.device,
+    data: ExperimentData | None,
+    report: Callable[[str], None],
+    variant: Variant,
+) -> dict[str, Any]:
+    """Train one cell, resuming from its checkpoint, and save its weights and result."""
+    result_path = out / "cells" / f"{cell.name}.json"
     data = data if data is not None else load_experiment_data(cell.data, device, variant)
     n = config["n_train"]
     torch.manual_seed(cell.seed)
@@ -317,7 +331,14 @@ def _trained(
         if not weights.is_file():
             raise FileNotFoundError(f"{weights} is missing: train its cell first")
         model = _model(data).to(device)
-        model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
+        try:
+            model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
+        except (RuntimeError, EOFError, OSError, ValueError) as err:
+            raise ValueError(
+                f"{weights} cannot be loaded ({str(err).splitlines()[0]}): it is truncated, "
+                "corrupt or of another model; train its cell again (python -m "
+                "cfbook.commands.paper --cell <its index> --force, --list shows the indices)"
+            ) from err
         models[training] = model.eval()
     return models
 
@@ -360,15 +381,21 @@ def _evaluated(
     the config and the seconds."""
     key, seed = config["data"], config["seed"]
     path = out / kind / f"{key}-s{seed}.json"
-    saved = _reusable(path, config, force)
+    also = {"ablation": "--objectives energy,adversarial ", "ig": "--ig "}.get(kind, "")
+    rerun = f"{also}--evaluate {key}:{seed}"
+    saved = _reusable(path, config, force, rerun)
     if saved is not None:
         return saved
-    data = data if data is not None else load_experiment_data(key, device)
-    models = _trained(key, seed, trainings, cells or out / "cells", data, device)
-    start = time.perf_counter()
-    measured = evaluate(models, data)
-    result = {"config": config, "seconds": time.perf_counter() - start, **measured}
-    atomic_write_text(path, json.dumps(result, indent=1))
+    with locked(path, f"the {kind.rstrip('s')} of {key}:{seed}"):
+        saved = None if force else _reusable(path, config, force, rerun)
+        if saved is not None:
+            return saved
+        data = data if data is not None else load_experiment_data(key, device)
+        models = _trained(key, seed, trainings, cells or out / "cells", data, device)
+        start = time.perf_counter()
+        measured = evaluate(models, data)
+        result = {"config": config, "seconds": time.perf_counter() - start, **measured}
+        atomic_write_text(path, json.dumps(result, indent=1))
     return result
 
 

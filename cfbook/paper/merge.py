@@ -17,6 +17,7 @@ import torch
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.attacks import ATTACKS
 from cfbook.evaluation.statistics import compare_rounds, mean_of, mean_se
+from cfbook.paper.files import read_json
 from cfbook.paper.settings import EXPERIMENTS
 
 # Measure -> (experiment, per-round key): IP and IP* without constraints, as in the paper's main
@@ -147,16 +148,39 @@ def _ig(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _load_all(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    """Every result file in ``folder``; a corrupt one is refused, naming it."""
+    fix = "run its part of the grid again with --force, or delete it, then merge"
+    return [read_json(p, fix) or {} for p in sorted(folder.glob("*.json"))]
 
 
-def merge_results(out: Path) -> Path:
-    """Write ``out/results.json`` from ``out/evaluations`` and ``out/cells``; returns its path."""
+def _missing_cells(loaded: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[str]:
+    """The trained cells that an evaluation tested but whose result file is not in cells/."""
+    have = [c["config"] for c in cells]
+    return [
+        f"{e['config']['data']}-{training}-s{e['config']['seed']}"
+        for e in loaded
+        for training, config in e["config"]["cells"].items()
+        if config not in have
+    ]
+
+
+def merge_results(out: Path, cells_dir: Path | None = None) -> Path:
+    """Write ``out/results.json`` from ``out/evaluations`` and the cells they tested
+    (``cells_dir``, default ``out/cells``); returns its path. A cell an evaluation tested that
+    is not there is an error naming it."""
     evaluations = sorted((out / "evaluations").glob("*.json"))
     if not evaluations:
         raise FileNotFoundError(f"no evaluation in {out / 'evaluations'}: run the grid first")
-    loaded = [json.loads(p.read_text(encoding="utf-8")) for p in evaluations]
-    cells = [json.loads(p.read_text(encoding="utf-8")) for p in (out / "cells").glob("*.json")]
+    loaded = _load_all(out / "evaluations")
+    cells_dir = cells_dir or out / "cells"
+    cells = _load_all(cells_dir)
+    missing = _missing_cells(loaded, cells)
+    if missing:
+        raise FileNotFoundError(
+            f"the evaluations in {out / 'evaluations'} tested cells whose result is not in "
+            f"{cells_dir}: {', '.join(missing)}; train them (python -m cfbook.commands.paper "
+            "--list gives their numbers, --cell N trains one) or copy their .json there, then merge"
+        )
     tables = {}
     for key in EXPERIMENTS:
         evals = sorted(

@@ -17,6 +17,13 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
+from cfbook.inputs import (
+    check_features,
+    check_labels,
+    forward_mismatch,
+    require_int,
+    require_number,
+)
 from cfbook.search.compiled import (
     Compile,
     auto_compiles,
@@ -90,15 +97,11 @@ class SearchParameters(Generator):
     categorical_gradient: str = "frozen"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.maxiter, int) or self.maxiter < 0:
-            raise ValueError(f"maxiter must be a non-negative integer, got {self.maxiter!r}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must lie in (0, 1], got {self.tau!r}")
+        require_int("maxiter", self.maxiter, minimum=0)
+        require_number("tau", self.tau, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
         for name in ("lambda_cost", "lambda_energy", "epsilon"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)!r}")
-        if not self.step_size > 0:
-            raise ValueError(f"step_size must be positive, got {self.step_size!r}")
+            require_number(name, getattr(self, name), "a non-negative number", lambda v: v >= 0)
+        require_number("step_size", self.step_size, "a positive number", lambda v: v > 0)
         if self.categorical_gradient not in CATEGORICAL_GRADIENTS:
             raise ValueError(
                 f"categorical_gradient must be one of {', '.join(CATEGORICAL_GRADIENTS)}, "
@@ -125,10 +128,20 @@ class SearchParameters(Generator):
         return self.lambda_energy * (b / 10) * (b + t + 1) ** -0.9
 
 
-def count_classes(model: nn.Module, x: Tensor) -> int:
-    """Number of classes the model outputs, from one sample in eval mode."""
+def count_classes(
+    model: nn.Module, x: Tensor, what: str = "x", var: str = "x", model_name: str = "the model"
+) -> int:
+    """Number of classes the model outputs, from one sample in eval mode. A forward pass that
+    fails on a dtype or a number of features that is not the model's says so (``what``,
+    ``var`` and ``model_name`` name them: see ``cfbook.inputs``)."""
     with torch.no_grad(), eval_mode(model):
-        return model(x[:1]).shape[1]
+        try:
+            return model(x[:1]).shape[1]
+        except RuntimeError as err:
+            problem = forward_mismatch(model, x, what, var, model_name)
+            if problem is None:
+                raise
+            raise ValueError(problem) from err
 
 
 def prepare_search(
@@ -139,22 +152,19 @@ def prepare_search(
     mutability: Mutability,
     categorical: Categorical = None,
 ) -> tuple[Tensor, Tensor, Constraints]:
-    """Check shapes and classes once, outside the search loop; move the inputs to the model's
-    device and turn ``domain``, ``mutability`` and ``categorical`` into device tensors."""
-    if not isinstance(x, Tensor) or x.ndim != 2 or not x.is_floating_point():
-        raise ValueError("x must be a floating-point tensor of shape (n_samples, n_features)")
+    """Check shapes, dtypes and classes once, outside the search loop; move the inputs to the
+    model's device and turn ``domain``, ``mutability`` and ``categorical`` into device tensors.
+    A row holding NaN is searched like any other (its logits are NaN: it never converges and is
+    returned unmoved) and spoils no other row, so it is not refused here."""
+    check_features(x)
     device = model_device(model) or x.device
     x = x.detach().to(device)
     target = torch.as_tensor(target, device=device)
-    if target.shape != (x.shape[0],) or target.is_floating_point():
-        raise ValueError(
-            f"target must hold one integer class per sample: shape ({x.shape[0]},), "
-            f"got {tuple(target.shape)} of {target.dtype}"
-        )
+    check_labels(target, x.shape[0], "target", "target", "x")
     target = target.long()
     if x.shape[0]:
         n_classes = count_classes(model, x)
-        low, high = int(target.min()), int(target.max())
+        low, high = (int(v) for v in torch.stack([target.min(), target.max()]).tolist())
         if low < 0 or high >= n_classes:
             raise ValueError(f"target classes must lie in [0, {n_classes - 1}], got {low}..{high}")
     constraints = make_constraints(
@@ -192,10 +202,8 @@ class NativeGenerator(SearchParameters):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.cf_batchsize is not None and self.cf_batchsize < 1:
-            raise ValueError(f"cf_batchsize must be a positive int, got {self.cf_batchsize!r}")
-        if self.compact_every < 1:
-            raise ValueError(f"compact_every must be a positive int, got {self.compact_every!r}")
+        require_int("cf_batchsize", self.cf_batchsize, or_none=True)
+        require_int("compact_every", self.compact_every)
         check_compile(self.compile)
 
     def settings(self) -> dict[str, float | int | str | None]:

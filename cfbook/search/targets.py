@@ -7,13 +7,15 @@ import torch
 from torch import Tensor
 
 
-def label_levels(y: Tensor) -> Tensor:
-    """The sorted labels present in the data: the classes targets are drawn from."""
+def label_levels(y: Tensor, what: str = "the training labels") -> Tensor:
+    """The sorted labels present in the data (``what`` names them in the error when there are
+    fewer than two): the classes targets are drawn from."""
     levels = torch.unique(y)
     if levels.numel() < 2:
+        held = "hold" if what.endswith("labels") else "holds"
         raise ValueError(
-            f"the training labels hold {levels.numel()} class(es); counterfactual targets need "
-            "at least two"
+            f"{what} {held} {levels.numel()} class(es); counterfactual targets need "
+            "at least two: include samples of at least two classes"
         )
     return levels
 

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cfbook.device import cpu_cores, detect_device
+from cfbook.errors import SetupError
 from cfbook.evaluation.metrics import accuracy, predict
 
 __all__ = [
@@ -94,7 +95,7 @@ def _launch_environment() -> tuple[int, int, int, int]:
     ntasks = _env_int("SLURM_NTASKS") or 1
     if ntasks > 1 and _env_int("SLURM_PROCID") is not None:
         if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
-            raise RuntimeError(
+            raise SetupError(
                 "srun started this process as one of several tasks, but $MASTER_ADDR and "
                 "$MASTER_PORT are not set; launch with torchrun (scripts/slurm-train.sh does) "
                 "or export them in the batch script"
@@ -111,7 +112,7 @@ def _process_device(prefer: str | None, local_rank: int) -> torch.device:
         return device
     count = torch.cuda.device_count()
     if local_rank >= count:
-        raise RuntimeError(
+        raise SetupError(
             f"local rank {local_rank} needs GPU {local_rank}, but this node shows {count}; "
             f"start at most {count} processes per node (torchrun --nproc_per_node={count})"
         )
@@ -155,7 +156,7 @@ def init_distributed(
     if world == 1:
         return Processes(0, 1, 0, 1, where, None)
     if where.type == "mps":
-        raise RuntimeError("torch.distributed has no backend for Apple MPS; use --device cpu")
+        raise SetupError("torch.distributed has no backend for Apple MPS; use --device cpu")
     backend = "nccl" if where.type == "cuda" else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(

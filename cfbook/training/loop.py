@@ -19,6 +19,15 @@ from torch import Tensor, nn
 
 from cfbook.amp import autocast, check_amp
 from cfbook.device import synchronize
+from cfbook.inputs import (
+    check_features,
+    check_finite,
+    check_label_range,
+    check_labels,
+    check_not_empty,
+    require_int,
+    require_number,
+)
 from cfbook.objectives import Objective
 from cfbook.profiling import EpochProfiler
 from cfbook.progress import EpochProgress
@@ -74,24 +83,34 @@ def _check_arguments(
 ) -> None:
     if not isinstance(objective, Objective):
         raise TypeError(f"objective must be a cfbook Objective, got {type(objective).__name__}")
-    if not isinstance(nepochs, int) or nepochs < 1:
-        raise ValueError(f"nepochs must be a positive integer, got {nepochs!r}")
-    if not 0.0 <= burnin <= 1.0:
-        raise ValueError(f"burnin must be a fraction of the epochs in [0, 1], got {burnin!r}")
-    if not isinstance(accuracy_every, int) or accuracy_every < 1:
-        raise ValueError(f"accuracy_every must be a positive integer, got {accuracy_every!r}")
+    require_int("nepochs", nepochs)
+    require_number(
+        "burnin", burnin, "a fraction of the epochs in [0, 1]", lambda v: 0.0 <= v <= 1.0
+    )
+    require_int("accuracy_every", accuracy_every)
     if verbose not in (0, 1, 2):
         raise ValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
-    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
-        raise ValueError(f"accumulate must be a positive integer, got {accumulate!r}")
+    require_int("accumulate", accumulate)
+
+
+def _check_training_data(x: Tensor, y: Tensor) -> None:
+    """The training tensors checked once, before any work: flat float rows, at least one, all
+    finite, with one integer label each."""
+    check_features(x, "the training data")
+    check_not_empty(
+        x,
+        "the training data",
+        "train on a loader over at least one row (check the split or filter that made it)",
+    )
+    check_labels(y, x.shape[0], "the training labels", "y", "the training data")
+    check_finite(x, "the training data")
 
 
 def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
     """``nce`` checked; CT.jl's default is one counterfactual per mini-batch."""
     if nce is None:
         return n_batches
-    if isinstance(nce, bool) or not isinstance(nce, int) or nce < 1:
-        raise ValueError(f"nce must be a positive integer, got {nce!r}")
+    require_int("nce", nce)
     if nce > n:
         raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
     if nce < n_batches:
@@ -102,14 +121,6 @@ def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
         )
         nce = n_batches
     return nce
-
-
-def _labels_checked(y: Tensor, n_classes: int) -> None:
-    low, high = int(y.min()), int(y.max())
-    if low < 0 or high >= n_classes:
-        raise ValueError(
-            f"labels must lie in [0, {n_classes - 1}] (the model's outputs), got {low}..{high}"
-        )
 
 
 class _EpochSums:
@@ -291,7 +302,9 @@ def counterfactual_training(
     the finiteness check of the loss, which skips the update of a non-finite loss with a
     warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
     ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
-    ``log.meta["epoch_profile"]``.
+    ``log.meta["epoch_profile"]``. The training data are checked once, before any work
+    (``cfbook.inputs``): flat float rows of the model's dtype and number of features, at least
+    one, none of them NaN or infinite, with integer labels among the model's outputs.
 
     ``mature`` chooses what a counterfactual whose search did not converge contributes:
     ``"neighbour"`` (the CT paper's rule, the default) replaces it by its neighbour, so its
@@ -312,11 +325,10 @@ def counterfactual_training(
     check_amp(amp, device)
     model.to(device)
     x_all, y_all = (t.to(device) for t in training_tensors(train_loader))
-    if x_all.ndim != 2:
-        raise ValueError(f"training inputs must be flat (N, D) tensors, got {tuple(x_all.shape)}")
+    _check_training_data(x_all, y_all)
     distributed.check_sharded(train_loader)
-    n_classes = count_classes(model, x_all)
-    _labels_checked(y_all, n_classes)
+    n_classes = count_classes(model, x_all, "the training data")
+    check_label_range(y_all, n_classes)
     burnin_epochs = round(burnin * nepochs)
     run = _identity(
         objective,

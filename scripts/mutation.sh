@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Mutation testing: mutmut mutates cfbook/search/, cfbook/evaluation/, the objectives and the
+# training loss terms ([tool.mutmut] in pyproject.toml) and runs the unit tests that cover each
+# mutant; then the wrong edits that once passed every test (scripts/named_mutants.py) are
+# applied one at a time. Prints the kill rate per module; tests/MUTATION.md records them.
+#
+#   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)
+#   bash scripts/mutation.sh "cfbook.evaluation*"  # the mutants whose names match
+#
+# mutmut keeps its results in mutants/: a second run resumes, and `.venv/bin/mutmut browse`
+# or `mutmut show NAME` shows a survivor's diff.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/mutmut ] || .venv/bin/pip install -q "mutmut==3.8.1"
+# One thread per test process: mutmut runs one worker per core.
+export OMP_NUM_THREADS=1 CFBOOK_DEVICE=cpu
+.venv/bin/mutmut run --max-children "$(nproc)" "$@"
+.venv/bin/python scripts/mutation_report.py
+.venv/bin/python scripts/named_mutants.py

@@ -1,0 +1,111 @@
+"""The wrong edits that once passed every test, applied one at a time: each must fail a test.
+
+Run by scripts/mutation.sh beside mutmut's random mutants. Each edit is an exact text
+replacement in one file (refused if the text is gone, so that a refactor cannot make the check
+pass by accident); the file is restored whatever happens.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Edit:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+EDITS = (
+    Edit(
+        "IP against the factual class instead of the target class",
+        "cfbook/evaluation/protocol.py",
+        "near, sample = references[c]",
+        "near, sample = references[levels_of(references, c)]",
+        ("tests/test_paper_protocol.py",),
+    ),
+    Edit(
+        "each model given its own reference draws (CT and the baseline unpaired)",
+        "cfbook/evaluation/protocol.py",
+        "            x0 = x_test[rows[name].to(x_test.device)]\n",
+        "            x0 = x_test[rows[name].to(x_test.device)]\n"
+        "            references = _references(x_test, y_test, levels, protocol, rng)\n",
+        ("tests/test_paper_protocol.py",),
+    ),
+    Edit(
+        "each model given its own individuals (CT and the baseline unpaired)",
+        "cfbook/evaluation/protocol.py",
+        "            x0 = x_test[rows[name].to(x_test.device)]\n",
+        "            people = draw_individuals(predicted, levels, n, rng)\n"
+        "            target = people.target.repeat(protocol.rounds).to(x_test.device)\n"
+        "            x0 = x_test[draw_rows(predicted[name], people.factual.repeat(protocol.rounds),"
+        " rng).to(x_test.device)]\n",
+        ("tests/test_paper_protocol.py",),
+    ),
+    Edit(
+        "a run's figure from the last energy weight instead of the mean over weights",
+        "cfbook/evaluation/protocol.py",
+        "mean_of([per_weight[name][w][k][i] for w in protocol.energy_weights])",
+        "per_weight[name][protocol.energy_weights[-1]][k][i]",
+        ("tests/test_paper_protocol.py",),
+    ),
+    Edit(
+        "a biased MMD^2 (the diagonal kept)",
+        "cfbook/evaluation/metrics.py",
+        "term_a = (kaa.sum() - kaa.diagonal().sum()) / (n * (n - 1))",
+        "term_a = kaa.mean()",
+        ("tests/test_metrics.py",),
+    ),
+    Edit(
+        "the MMD kernel's bandwidth doubled",
+        "cfbook/evaluation/metrics.py",
+        "k = torch.exp(-sq / (2 * bandwidth**2))",
+        "k = torch.exp(-sq / (2 * (2 * bandwidth) ** 2))",
+        ("tests/test_metrics.py",),
+    ),
+)
+
+# The factual class of a two-class individual is the other class: the first edit's helper.
+HELPER = "\n\ndef levels_of(references, c):\n    return next(k for k in references if k != c)\n"
+
+
+def run(edit: Edit) -> bool:
+    """Apply one edit, run its tests, restore the file; True when a test failed."""
+    path = ROOT / edit.path
+    original = path.read_text()
+    if original.count(edit.old) != 1:
+        raise SystemExit(f"{edit.path}: the text of '{edit.name}' is not there once; update it")
+    try:
+        path.write_text(original.replace(edit.old, edit.new) + HELPER)
+        tests = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *edit.tests],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        path.write_text(original)
+    return tests.returncode != 0
+
+
+def main() -> int:
+    survived = []
+    for edit in EDITS:
+        killed = run(edit)
+        print(f"{'killed  ' if killed else 'SURVIVED'} {edit.name}", flush=True)
+        if not killed:
+            survived.append(edit.name)
+    print(f"{len(EDITS) - len(survived)} of {len(EDITS)} named edits fail a test")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
