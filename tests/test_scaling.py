@@ -58,9 +58,12 @@ def test_profile_epoch_must_be_an_epoch_of_the_run(epoch):
         toy_run("vanilla", 30, nepochs=4, profile_epoch=epoch)
 
 
-@pytest.mark.parametrize("accumulate", [0, 1.5, True])
-def test_accumulate_must_be_a_positive_integer(accumulate):
-    with pytest.raises(ValueError, match="accumulate must be a positive integer"):
+@pytest.mark.parametrize(
+    ("accumulate", "error"), [(0, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_accumulate_must_be_a_positive_integer(accumulate, error):
+    # A value out of range is a ValueError, another type a TypeError (cfbook.inputs).
+    with pytest.raises(error, match="accumulate must be a positive integer"):
         toy_run("vanilla", 30, nepochs=1, accumulate=accumulate)
 
 
