@@ -220,7 +220,7 @@ def run_cell(
         return saved
     with locked(result_path, f"cell {cell.index} ({cell.name})"):
         # A process that held the lock before this one may have just finished the cell.
-        saved = None if force else _reusable(result_path, config, force, rerun)
+        saved = _reusable(result_path, config, force, rerun)
         return saved or _train_cell(cell, scale, out, config, device, data, report, variant)
 
 
@@ -387,7 +387,7 @@ def _evaluated(
     if saved is not None:
         return saved
     with locked(path, f"the {kind.rstrip('s')} of {key}:{seed}"):
-        saved = None if force else _reusable(path, config, force, rerun)
+        saved = _reusable(path, config, force, rerun)
         if saved is not None:
             return saved
         data = data if data is not None else load_experiment_data(key, device)
