@@ -70,7 +70,9 @@ def mlp(
     widths = [in_features, *hidden, num_classes]
     names = ["in_features", *["hidden"] * len(hidden), "num_classes"]
     for name, width in zip(names, widths, strict=True):
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        if isinstance(width, bool) or not isinstance(width, int):
+            raise TypeError(f"{name} must hold positive integers, got {type(width).__name__}")
+        if width < 1:
             raise ValueError(f"{name} must hold positive integers, got {width!r}")
     layers: list[nn.Module] = []
     for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):

@@ -32,7 +32,9 @@ class Objective:
     def __post_init__(self) -> None:
         for name in WEIGHT_NAMES:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a non-negative number, got {value!r}")
+            if not value >= 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
             if value and name not in self.uses:
                 raise ValueError(

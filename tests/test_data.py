@@ -326,6 +326,14 @@ def test_loader_rejects_bad_inputs_and_foreign_state() -> None:
         DeviceLoader(x, y[:5], batch_size=2)
     with pytest.raises(ValueError, match="batch_size"):
         DeviceLoader(x, y, batch_size=0)
+    with pytest.raises(
+        TypeError, match=r"batch_size must be a positive integer, got 2.0 \(float\)"
+    ):
+        DeviceLoader(x, y, batch_size=2.0)
+    with pytest.raises(TypeError, match="world_size must be a positive integer"):
+        DeviceLoader(x, y, batch_size=2, world_size="2")
+    with pytest.raises(ValueError, match="need 0 <= rank < world_size"):
+        DeviceLoader(x, y, batch_size=2, rank=2, world_size=2)
     state = DeviceLoader(x, y, batch_size=2).state_dict()
     with pytest.raises(ValueError, match="batch_size"):
         DeviceLoader(x, y, batch_size=3).load_state_dict(state)

@@ -11,6 +11,7 @@ from torch import nn
 from cfbook import NativeGenerator, ReferenceGenerator
 from cfbook.search import compiled, generators
 from cfbook.search.generators import PAPER_SEARCH, SearchParameters
+from cfbook.search.step import StepSettings, WorkingSet, eager_step, fused_step, nascent_points
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -149,6 +150,8 @@ def test_bf16_search_stays_valid():
     res = NativeGenerator(tau=0.6, amp="bf16").generate(model, x, target, domain=(-1.0, 1.0))
     assert res.counterfactual.dtype == torch.float32
     assert abs(float(res.valid.float().mean()) - float(ref.valid.float().mean())) < 0.15
+    # bf16 really runs: its rounding moves the iterates off the float32 search's
+    assert not torch.allclose(res.counterfactual, ref.counterfactual, atol=1e-4)
     with pytest.raises(ValueError, match="fp16"):
         NativeGenerator(amp="fp16").generate(model, x, target)
 
@@ -620,3 +623,125 @@ def test_a_compiled_model_is_freed_with_its_graphs():
     del model
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.parametrize(
+    "case", ["plain", "no cost", "domain", "mutability", "groups frozen", "groups straight"]
+)
+def test_one_fused_step_run_eagerly_is_the_eager_step(case):
+    """``fused_step`` is a plain tensor function: run without the compiler, iteration by
+    iteration, it must move every row as ``eager_step`` does (the compiled search's tests then
+    hold the compiler to it)."""
+    model = small_mlp(seed=3)
+    x0, target = factuals(model, n=32, seed=4)
+    domain = (-1.0, 1.0) if case in ("domain", "groups frozen") else None
+    mutability = MUTABILITY if case == "mutability" else None
+    groups = [[8, 9, 10], [0, 1]] if case.startswith("groups") else None
+    x0, target, c = generators.prepare_search(model, x0, target, domain, mutability, groups)
+    s = StepSettings(0.6, 0.0 if case == "no cost" else 0.05, 0.3, 0.3, None, 1.0)
+    s = replace(s, frozen=case != "groups straight")
+    eager = WorkingSet.start(x0, target, fused=False)
+    fused = WorkingSet.start(x0, target, fused=True)
+    if groups:  # as NativeGenerator._search starts a search with groups
+        eager.offset = c.decode(x0) - x0
+        within0 = eager.offset.abs().amax(1) <= s.epsilon
+        eager.nascent = torch.where(within0[:, None], c.decode(x0), x0)
+        fused.within, fused.nascent = within0, x0.clone()
+    bounds = None if c.lower is None else (c.lower, c.upper)
+    decode = None if c.categorical is None else c.decode
+    for t in range(12):
+        phi = 0.3 * (t + 2) ** -0.9
+        eager_step(model, eager, phi, c, s)
+        with torch.no_grad():
+            fused_step(
+                model,
+                fused.x,
+                fused.x0,
+                fused.nascent,
+                fused.within,
+                fused.active,
+                fused.iterations,
+                fused.target,
+                torch.tensor(phi),
+                s.scalars(x0.device),
+                bounds,
+                c.step_bounds(x0.dtype),
+                s.lambda_cost != 0,
+                decode,
+                s.frozen,
+            )
+        # (with groups, a row that has converged keeps its state in the fused step and its
+        # decoding in the eager one: the same point)
+        assert torch.allclose(c.decode(fused.x), c.decode(eager.x), atol=1e-5), t
+        assert torch.equal(fused.active, eager.active) and torch.equal(
+            fused.iterations, eager.iterations
+        )
+        lazy = nascent_points(c.decode(fused.x), fused.nascent, fused.within)
+        assert torch.allclose(lazy, eager.nascent, atol=1e-5), t
+    # The case is not trivial: rows converge, rows leave the epsilon ball, rows still search.
+    assert 0 < int(eager.active.sum()) < 32
+    assert not torch.allclose(eager.nascent, c.decode(eager.x))
+    if domain:
+        assert (eager.x.abs() == 1.0).any()
+
+
+class _Odd(nn.Module):
+    """A model whose input gradient at the origin is -inf, +inf and NaN in the first three
+    features (sqrt(x) - sqrt(y) + sqrt(z**2)) and finite in the fourth."""
+
+    def forward(self, x):
+        z = x[:, 0].sqrt() - x[:, 1].sqrt() + (x[:, 2] ** 2).sqrt() + x[:, 3]
+        return torch.stack([z, -z], 1)
+
+
+def test_infinite_and_nan_gradients_step_alike_in_both_steps():
+    """A NaN gradient is no step; an infinite one, without a domain, the largest finite float
+    (nan_to_num's rule): the fused step as the eager one."""
+    x0 = torch.tensor([[0.0, 0.0, 0.0, 0.5]] * 2)
+    target = torch.zeros(2, dtype=torch.long)
+    _, target, c = generators.prepare_search(_Odd(), x0, target, None, None)
+    s = StepSettings(0.99, 0.0, 0.1, 0.3, None, 1.0)
+    eager = WorkingSet.start(x0, target, fused=False)
+    fused = WorkingSet.start(x0, target, fused=True)
+    eager_step(_Odd(), eager, 0.5, c, s)
+    with torch.no_grad():
+        fused_step(
+            _Odd(),
+            *(fused.x, fused.x0, fused.nascent, fused.within, fused.active, fused.iterations),
+            *(fused.target, torch.tensor(0.5), s.scalars(x0.device), None, None, False),
+            None,
+            True,
+        )
+    largest = torch.finfo(torch.float32).max
+    for x in (eager.x, fused.x):
+        assert x[:, 0].eq(0.1 * largest).all() and x[:, 1].eq(-0.1 * largest).all()
+        assert x[:, 2].eq(0.0).all() and (x[:, 3] > 0.5).all()
+    assert torch.equal(eager.x, fused.x)
+
+
+def test_a_point_on_the_epsilon_ball_is_within_it():
+    """The domain stops both features exactly at epsilon from the factual, one above and one
+    below: that point is still a nascent point (|x - x0| <= epsilon)."""
+    model = nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -1.0], [0.0, 0.0]]))
+        model.bias.zero_()
+    x = torch.zeros(3, 2)
+    target = torch.zeros(3, dtype=torch.long)
+    for compile_ in (False, True):
+        gen = NativeGenerator(maxiter=8, step_size=0.2, tau=0.99, epsilon=0.25, compile=compile_)
+        res = gen.generate(model, x, target, domain=(-0.25, 0.25))
+        corner = torch.tensor([[0.25, -0.25]] * 3)
+        assert torch.equal(res.counterfactual, corner) and torch.equal(res.nascent, corner)
+
+
+def test_the_fused_step_scalars_are_float32_whatever_the_default_dtype():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        scalars = StepSettings(0.75, 0.1, 0.1, 0.3, None, 1.0).scalars(torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(default)
+    assert scalars.dtype == torch.float32 and scalars.tolist() == pytest.approx(
+        [0.75, 0.1, 0.1, 0.3]
+    )

@@ -81,6 +81,11 @@ def test_mlp_rejects_bad_widths(kwargs: dict, name: str) -> None:
         mlp(**kwargs)
 
 
+def test_mlp_rejects_wrongly_typed_widths() -> None:
+    with pytest.raises(TypeError, match="in_features must hold positive integers, got float"):
+        mlp(in_features=784.0)
+
+
 def test_count_parameters_counts_frozen_ones_too() -> None:
     layer = nn.Linear(3, 2)
     layer.bias.requires_grad_(False)

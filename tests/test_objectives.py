@@ -32,10 +32,12 @@ def test_which_objectives_need_counterfactuals():
 
 
 def test_negative_weight_is_named():
-    with pytest.raises(ValueError, match="lambda_adv"):
+    with pytest.raises(ValueError, match="lambda_adv must be a non-negative number, got -1.0"):
         FullObjective(lambda_adv=-1.0)
+    with pytest.raises(ValueError, match="lambda_reg must be a non-negative number, got nan"):
+        FullObjective(lambda_reg=float("nan"))
     for wrong in ("0.5", True, None):  # a string, a bool, nothing: not a number
-        with pytest.raises(ValueError, match="lambda_div must be a non-negative number"):
+        with pytest.raises(TypeError, match="lambda_div must be a non-negative number"):
             FullObjective(lambda_div=wrong)
 
 

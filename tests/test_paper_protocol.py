@@ -128,8 +128,10 @@ def test_measures_use_valid_counterfactuals_against_the_test_set(toy):
 
 
 def test_protocol_rejects_nonsense():
-    with pytest.raises(ValueError, match="rounds"):
+    with pytest.raises(ValueError, match="rounds must be a positive integer, got 0"):
         PaperProtocol(rounds=0)
+    with pytest.raises(TypeError, match="individuals must be a positive integer, got 2.0"):
+        PaperProtocol(individuals=2.0)
     with pytest.raises(ValueError, match="energy_weights"):
         PaperProtocol(energy_weights=())
 

@@ -118,7 +118,7 @@ def test_unknown_mode_lists_the_valid_ones(bad: str) -> None:
     [
         ("model", "vgg", "model must be one of"),
         ("nepochs", 0, "nepochs"),
-        ("nce", 2.5, "nce"),
+        ("nce", 0, "nce"),
         ("burnin", 1.0, "burnin"),
         ("lr", 0.0, "lr"),
         ("n", 0, "n must"),
@@ -130,6 +130,14 @@ def test_unknown_mode_lists_the_valid_ones(bad: str) -> None:
 )
 def test_profile_rejects_bad_values(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
+        dataclasses.replace(get_profile("smoke"), **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("nce", 2.5), ("nepochs", True), ("n", "100"), ("lr", "0.1")]
+)
+def test_profile_rejects_wrongly_typed_values(field: str, value: object) -> None:
+    with pytest.raises(TypeError, match=f"{field} must be a"):
         dataclasses.replace(get_profile("smoke"), **{field: value})
 
 

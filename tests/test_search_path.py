@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cfbook.models import mlp
@@ -69,3 +71,46 @@ def test_a_record_marks_where_the_search_returns_its_counterfactual_and_adversar
     # Both outcomes occur, and some rows leave the epsilon ball before they stop.
     assert result.valid.any() and not result.valid.all()
     assert not torch.equal(result.nascent, result.counterfactual)
+
+
+def test_the_path_keeps_to_the_domain_and_does_not_depend_on_the_chunk_size():
+    model, x, target = _setup()
+    x = x.clamp(-0.5, 0.5)
+    g = NativeGenerator(maxiter=15, step_size=0.5, compile=False)
+    path = search_path(g, model, x, target, domain=(-0.5, 0.5))
+    assert path.min() >= -0.5 and path.max() <= 0.5
+    assert (path[-1].abs() == 0.5).any()  # the domain binds
+    chunked = search_path(replace(g, cf_batchsize=5), model, x, target, domain=(-0.5, 0.5))
+    assert torch.equal(chunked, path)
+
+
+def test_a_record_keeps_to_the_domain_and_the_mutability():
+    model, x, target = _setup()
+    g = NativeGenerator(maxiter=15, step_size=0.5, compile=False)
+    x0 = x[0].clamp(-0.5, 0.5)
+    record = record_search(g, model, x0, int(target[0]), domain=(-0.5, 0.5))
+    assert record.path.abs().max() <= 0.5 and (record.path[-1].abs() == 0.5).any()
+    record = record_search(g, model, x0, int(target[0]), mutability=["none", "both"])
+    assert (record.path[:, 0] == x0[0]).all() and (record.path[:, 1] != x0[1]).any()
+
+
+def test_a_record_counts_reaching_tau_exactly_as_valid():
+    """A zero model gives every point probability 1/2 exactly: with tau = 1/2 the factual is
+    already a counterfactual, and with epsilon 0 it is also the last point within epsilon."""
+    model = torch.nn.Linear(2, 2)
+    torch.nn.init.zeros_(model.weight), torch.nn.init.zeros_(model.bias)
+    g = NativeGenerator(maxiter=5, tau=0.5, epsilon=0.0, compile=False)
+    record = record_search(g, model, torch.tensor([0.3, -0.2]), 1)
+    assert record.valid and record.counterfactual_at == 0 and record.adversarial_at == 0
+
+
+def test_the_adversarial_point_is_the_counterfactual_when_the_search_stays_within_epsilon():
+    model, x, target = _setup()
+    g = NativeGenerator(maxiter=25, step_size=1.0, tau=0.8, epsilon=100.0, compile=False)
+    for i in range(x.shape[0]):
+        record = record_search(g, model, x[i], int(target[i]))
+        assert record.adversarial_at == record.counterfactual_at
+    assert any(
+        0 < record_search(g, model, x[i], int(target[i])).counterfactual_at < 24
+        for i in range(x.shape[0])
+    )

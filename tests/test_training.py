@@ -271,14 +271,33 @@ def test_nce_defaults_to_one_counterfactual_per_batch():
 def test_targets_are_drawn_from_the_labels_present_minus_the_prediction():
     rng = torch.Generator().manual_seed(0)
     levels = torch.tensor([0, 2, 5])
-    for predicted, allowed in [(0, {2, 5}), (2, {0, 5}), (5, {0, 2}), (1, {0, 2, 5})]:
+    cases = [(0, {2, 5}), (2, {0, 5}), (5, {0, 2}), (1, {0, 2, 5}), (6, {0, 2, 5})]
+    for predicted, allowed in cases:
         target = draw_targets(torch.full((3000,), predicted), levels, rng)
         counts = torch.bincount(target, minlength=6)
         assert {int(c) for c in target.unique()} == allowed
         share = counts[sorted(allowed)].float() / 3000
         assert bool((share - 1 / len(allowed)).abs().max() < 0.04)  # uniform
-    with pytest.raises(ValueError, match="at least two"):
+    with pytest.raises(ValueError, match="the training labels hold 1 class.*at least two"):
         label_levels(torch.tensor([3, 3, 3]))
+    with pytest.raises(ValueError, match="the test set holds 0 class"):
+        label_levels(torch.tensor([], dtype=torch.long), "the test set")
+
+
+def test_targets_drawn_ahead_cover_the_ends_of_the_unit_interval():
+    levels = torch.tensor([0, 2, 5])
+    u = torch.tensor([0.0, 1.0, 0.0, 1.0, 0.5])
+    predicted = torch.tensor([0, 0, 1, 1, 2])
+    assert draw_targets(predicted, levels, u).tolist() == [2, 5, 0, 5, 5]
+
+
+def test_targets_are_drawn_from_the_given_generator_alone():
+    levels, predicted = torch.arange(10), torch.arange(10).repeat(50)
+    draws = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        draws.append(draw_targets(predicted, levels, torch.Generator().manual_seed(0)))
+    assert torch.equal(draws[0], draws[1])
 
 
 def test_targets_exclude_the_predicted_class():
@@ -660,7 +679,7 @@ def test_a_generator_without_generate_is_named():
     class Nothing:
         pass
 
-    with pytest.raises(TypeError, match="has no generate, settings, plan"):
+    with pytest.raises(TypeError, match="the generator Nothing has no generate, settings, plan"):
         toy_run(FullObjective(), Nothing(), nepochs=1)
 
 

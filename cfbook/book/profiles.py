@@ -99,10 +99,15 @@ class Profile:
             )
         for name in _POSITIVE_INTS + (() if self.n is None else ("n",)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
+            wrong_kind = isinstance(value, bool) or not isinstance(value, int)
+            if wrong_kind or value < 1:
+                raise (TypeError if wrong_kind else ValueError)(
                     f"profile {self.name!r}: {name} must be a positive integer, got {value!r}"
                 )
+        for name in ("burnin", "lr"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"profile {self.name!r}: {name} must be a number, got {value!r}")
         if not 0.0 <= self.burnin < 1.0:
             raise ValueError(
                 f"profile {self.name!r}: burnin must be in [0, 1), got {self.burnin!r}"

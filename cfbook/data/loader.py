@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import torch
 
+from cfbook.inputs import require_int
+
 
 class DeviceLoader:
     """Mini-batches of on-device tensors, shuffled by a generator on the same device.
@@ -40,9 +42,10 @@ class DeviceLoader:
             raise ValueError(f"x and y differ in length: {x.shape[0]} vs {y.shape[0]} samples")
         if x.device != y.device:
             raise ValueError(f"x and y must be on one device, got {x.device} and {y.device}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if not isinstance(world_size, int) or world_size < 1 or not 0 <= rank < world_size:
+        require_int("batch_size", batch_size)
+        require_int("world_size", world_size)
+        require_int("rank", rank, minimum=0)
+        if not rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got {rank=}, {world_size=}")
         short = x.shape[0] % (batch_size * world_size)
         if 0 < short < world_size:

@@ -28,6 +28,7 @@ from cfbook.inputs import (
     check_label_range,
     check_labels,
     check_not_empty,
+    require_int,
 )
 from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.generators import NativeGenerator, count_classes
@@ -67,9 +68,7 @@ class PaperProtocol:
 
     def __post_init__(self) -> None:
         for name in ("rounds", "individuals", "maxiter", "ip_draws", "mmd_samples"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            require_int(name, getattr(self, name))
         if self.mmd_samples < 2:
             raise ValueError(
                 "mmd_samples must be at least 2 (an MMD^2 needs two points a side), got "

@@ -3,7 +3,7 @@ one search loop with every iterate kept, and what a picture of one factual's sea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -24,10 +24,8 @@ def search_path(
     mutability: Mutability = None,
 ) -> Tensor:
     """``(maxiter + 1, N, D)``: the factuals, then each iteration's points of the search that
-    ``generator``'s settings define, all rows in one chunk (``NativeGenerator(compile=False)``
-    ends at the last one)."""
-    whole = replace(generator, cf_batchsize=None)
-    found = whole.generate(model, x, target, domain=domain, mutability=mutability, record=True)
+    ``generator``'s settings define (``NativeGenerator(compile=False)`` ends at the last one)."""
+    found = generator.generate(model, x, target, domain=domain, mutability=mutability, record=True)
     return found.path
 
 

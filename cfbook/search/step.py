@@ -186,8 +186,8 @@ def fused_step(
     bounds: tuple[Tensor, Tensor] | None,
     step_bounds: tuple[Tensor, Tensor] | None,
     with_cost: bool,
-    decode: Callable[[Tensor], Tensor] | None = None,
-    frozen: bool = True,
+    decode: Callable[[Tensor], Tensor] | None,
+    frozen: bool,
 ) -> None:
     """One iteration as a pure tensor program that updates ``x``, ``nascent``, ``within``,
     ``active`` and ``iterations`` in place (call it under ``torch.no_grad()``; float32, no

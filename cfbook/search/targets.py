@@ -35,5 +35,6 @@ def draw_targets(predicted: Tensor, levels: Tensor, rng: torch.Generator | Tenso
     pos = torch.searchsorted(levels, predicted).clamp_(max=k - 1)
     present = levels[pos] == predicted
     u = uniform_draws(rng, predicted)
-    r = (u * (k - present.long())).long().clamp_(max=k - 1)
+    n = k - present.long()  # the classes a target may be
+    r = torch.minimum((u * n).long(), n - 1)  # u = 1, drawn ahead, stays in range
     return levels[r + (present & (r >= pos)).long()]
