@@ -14,6 +14,15 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/mutmut ] || .venv/bin/pip install -q "mutmut==3.8.1"
 # One thread per test process: mutmut runs one worker per core.
 export OMP_NUM_THREADS=1 CFBOOK_DEVICE=cpu
+# mutmut measures line coverage on its own, already mutated copy in mutants/ and never recopies a
+# file it holds: a module edited since the last run would be mutated on the wrong lines. Start
+# afresh whenever the mutated sources changed.
+stamp=$(cat cfbook/search/*.py cfbook/evaluation/*.py cfbook/objectives.py cfbook/training/loss.py | sha256sum)
+if [ -d mutants ] && [ "$(cat mutants/.source-stamp 2>/dev/null)" != "$stamp" ]; then
+    echo "the mutated sources changed since the last run: starting afresh"
+    rm -rf mutants
+fi
+mkdir -p mutants && echo "$stamp" > mutants/.source-stamp
 .venv/bin/mutmut run --max-children "$(nproc)" "$@"
 .venv/bin/python scripts/mutation_report.py
 .venv/bin/python scripts/named_mutants.py

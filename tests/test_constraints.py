@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from cfbook.search.constraints import infer_domain, make_constraints
+from cfbook.search.constraints import CategoricalCode, infer_domain, make_constraints
 
 
 def test_mask_step_follows_mutability():
@@ -49,3 +49,106 @@ def test_step_bounds_clamp_like_mask_step():
     step = torch.tensor([[0.5, 0.5, 0.5, 0.5], [-0.5, -0.5, -0.5, -0.5], [0.0, -0.0, 2.0, -3.0]])
     assert torch.equal(step.clamp(*c.step_bounds(torch.float32)), c.mask_step(step))
     assert make_constraints(None, ["both"] * 4, 4, device="cpu").step_bounds(torch.float32) is None
+
+
+def _code(**kwargs):
+    return make_constraints(device="cpu", **kwargs).categorical
+
+
+@pytest.mark.parametrize(
+    ("categorical", "domain"),
+    [
+        ([[0, 1, 2], [3]], (-1.0, 2.0)),  # groups, a binary column, bounds
+        ([[0, 1, 2], [4, 5]], None),  # groups only
+        ([[3], [4]], (0.0, 1.0)),  # binary columns with bounds
+    ],
+)
+def test_a_categorical_code_comes_back_from_its_tensors(categorical, domain):
+    """The compiled step rebuilds the code inside its graph from ``tensors()`` and ``layout()``."""
+    code = _code(domain=domain, mutability=None, n_features=6, categorical=categorical)
+    layout = code.layout()
+    wide, single = any(len(g) > 1 for g in categorical), any(len(g) == 1 for g in categorical)
+    assert layout == (wide, single, domain is not None)
+    assert all(t is not None for t in code.tensors())
+    back = CategoricalCode.from_tensors(layout, code.tensors())
+    for name in ("index", "eligible", "flat", "binary", "columns", "low", "high"):
+        a, b = getattr(code, name), getattr(back, name)
+        assert (a is None and b is None) or torch.equal(a, b), name
+    x = torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) * 3 - 1
+    assert torch.equal(back.decode(x), code.decode(x))
+
+
+def test_step_bounds_take_the_dtype_asked_for():
+    c = make_constraints(None, ["both", "none", "increase", "decrease"], 4, device="cpu")
+    low, high = c.step_bounds(torch.float64)
+    assert low.dtype == high.dtype == torch.float64
+    assert low.tolist() == [-torch.inf, 0.0, 0.0, -torch.inf]
+    assert high.tolist() == [torch.inf, 0.0, torch.inf, 0.0]
+
+
+def test_group_checks_name_each_mistake():
+    for categorical, message in [
+        (["34"], "got the entry '34'"),
+        ([[2, 6]], "column 6 is outside the data's 6 features"),
+        ([[2, 2]], "column 2 belongs to two groups"),
+        ([[1, 2], [2, 3]], "column 2 belongs to two groups"),
+        ([[]], "at least one column"),
+        ("0,1", "not a string"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            make_constraints(None, None, 6, device="cpu", categorical=categorical)
+
+
+def test_an_immutable_group_is_left_out_and_the_groups_after_it_kept():
+    code = _code(
+        domain=None,
+        mutability=["none", "none", "both", "both", "both"],
+        n_features=5,
+        categorical=[[0, 1], [2, 3], [4]],
+    )
+    x = torch.tensor([[0.3, 0.9, 0.2, 0.7, 0.2]])
+    assert torch.equal(code.decode(x), torch.tensor([[0.3, 0.9, 0.0, 1.0, 0.0]]))
+
+
+def test_decoding_respects_the_bounds_of_each_column():
+    # Column 0 may not be 1 (its upper bound 0.5), column 1 may (bounds (1, 1)), column 2 may
+    # (bounds (0, 2)), column 3 may not (lower bound 1.5); column 4, binary, is clipped to 0.5.
+    domain = [(0.0, 0.5), (1.0, 1.0), (0.0, 2.0), (1.5, 3.0), (0.0, 0.5)]
+    code = _code(domain=domain, mutability=None, n_features=5, categorical=[[0, 1, 2, 3], [4]])
+    assert code.eligible.tolist() == [[False, True, True, False]]
+    rows = torch.tensor(
+        [[0.9, 0.1, 0.2, 0.3, 0.9], [0.0, 0.8, 0.1, 0.9, 0.2], [0.0, 0.1, 0.8, 0.9, 0.9]]
+    )
+    # The decoded values are then clipped to the bounds: columns 1 and 3 are always 1 and 1.5.
+    assert code.decode(rows).tolist() == [
+        [0.0, 1.0, 1.0, 1.5, 0.5],
+        [0.0, 1.0, 0.0, 1.5, 0.0],
+        [0.0, 1.0, 1.0, 1.5, 0.5],
+    ]
+
+
+def test_infer_domain_of_two_samples_uses_their_spread():
+    bounds = infer_domain(torch.tensor([[0.0], [2.0]]))
+    sd = 2**0.5  # corrected: sqrt(((0 - 1)^2 + (2 - 1)^2) / 1)
+    assert bounds.tolist() == [[pytest.approx(1 - 2 * sd), pytest.approx(1 + 2 * sd)]]
+
+
+def test_domain_shapes_and_entries_are_checked():
+    for domain, message in [
+        ((1.0, 2.0, 3.0), "domain must be a \\(low, high\\) pair"),
+        (torch.zeros(3), "shape \\(n_features, 2\\), got \\(3,\\)"),
+        (torch.zeros(3, 3), "shape \\(n_features, 2\\), got \\(3, 3\\)"),
+        ([(0, 1), (2, 2), (3, 1)], "domain entry 2 is not"),
+        ([(0, 1), (1, 0), (3, 1)], "domain entry 1 is not"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            make_constraints(domain, None, 3, device="cpu")
+    fixed = make_constraints([(0, 1), (2, 2), (3, 4)], None, 3, device="cpu")
+    assert fixed.lower.tolist() == [0, 2, 3] and fixed.upper.tolist() == [1, 2, 4]
+
+
+def test_domain_bounds_keep_float64_precision():
+    for domain in [(0.1, 0.3), [(0.1, 0.3)] * 2]:
+        c = make_constraints(domain, None, 2, device="cpu", dtype=torch.float64)
+        assert c.lower.dtype == torch.float64
+        assert c.lower.tolist() == [0.1, 0.1] and c.upper.tolist() == [0.3, 0.3]
