@@ -7,19 +7,19 @@
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)
 #   bash scripts/mutation.sh "cfbook.evaluation*"  # the mutants whose names match
 #
-# mutmut keeps its results in mutants/: a second run resumes, and `.venv/bin/mutmut browse`
+# mutmut keeps its results in mutants/: a second run on the same sources resumes, and `.venv/bin/mutmut browse`
 # or `mutmut show NAME` shows a survivor's diff.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/mutmut ] || .venv/bin/pip install -q "mutmut==3.8.1"
 # One thread per test process: mutmut runs one worker per core.
 export OMP_NUM_THREADS=1 CFBOOK_DEVICE=cpu
-# mutmut measures line coverage on its own, already mutated copy in mutants/ and never recopies a
-# file it holds: a module edited since the last run would be mutated on the wrong lines. Start
-# afresh whenever the mutated sources changed.
-stamp=$(cat cfbook/search/*.py cfbook/evaluation/*.py cfbook/objectives.py cfbook/training/loss.py | sha256sum)
+# mutmut never recopies a source file that mutants/ already holds, and measures line coverage on
+# that (already mutated) copy: a module edited since the last run would be tested as it was, or
+# mutated on the wrong lines. Start afresh whenever any of cfbook's sources changed.
+stamp=$(find cfbook -name '*.py' | sort | xargs cat | sha256sum)
 if [ -d mutants ] && [ "$(cat mutants/.source-stamp 2>/dev/null)" != "$stamp" ]; then
-    echo "the mutated sources changed since the last run: starting afresh"
+    echo "cfbook's sources changed since the last run: starting afresh"
     rm -rf mutants
 fi
 mkdir -p mutants && echo "$stamp" > mutants/.source-stamp
