@@ -7,8 +7,8 @@
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)
 #   bash scripts/mutation.sh "cfbook.evaluation*"  # the mutants whose names match
 #
-# mutmut keeps its results in mutants/: a second run on the same sources resumes, and `.venv/bin/mutmut browse`
-# or `mutmut show NAME` shows a survivor's diff.
+# mutmut keeps its results in mutants/: a second run on the same sources resumes, and
+# `.venv/bin/mutmut browse` or `mutmut show NAME` shows a survivor's diff.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/mutmut ] || .venv/bin/pip install -q "mutmut==3.8.1"
