@@ -152,3 +152,12 @@ def test_domain_bounds_keep_float64_precision():
         c = make_constraints(domain, None, 2, device="cpu", dtype=torch.float64)
         assert c.lower.dtype == torch.float64
         assert c.lower.tolist() == [0.1, 0.1] and c.upper.tolist() == [0.3, 0.3]
+
+
+def test_a_list_of_two_numbers_is_the_pair_for_every_feature():
+    for n in (1, 2, 3):
+        c = make_constraints([-1, 2.5], None, n, device="cpu")
+        assert c.lower.tolist() == [-1.0] * n and c.upper.tolist() == [2.5] * n
+    # Two features given as two pairs of a list are one pair each, not one pair for both.
+    c = make_constraints([[-1, 1], [0, 2]], None, 2, device="cpu")
+    assert c.lower.tolist() == [-1.0, 0.0] and c.upper.tolist() == [1.0, 2.0]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from cfbook.evaluation.metrics import ip_star
+from cfbook.evaluation.metrics import ip_star, mmd2
 from cfbook.evaluation.protocol import PaperProtocol, _run_measures, paper_evaluate
 from cfbook.evaluation.statistics import compare_models
 from cfbook.search.generators import NativeGenerator
@@ -209,6 +209,21 @@ def test_one_runs_measures_number_by_number():
     two = valid & (torch.arange(5) != 4)
     got = _run_measures(x0, cf, two, target, references, protocol, torch.Generator())
     assert got["ip_star_1"] == pytest.approx(ip_star(cf[:2], ones, 1.0))
+
+
+def test_ip_star_is_measured_at_each_of_the_protocols_length_scales():
+    # Counterfactuals well away from their class's points: IP* is positive at both scales, and
+    # neither is the median heuristic's value.
+    cf = torch.tensor([[2.0, 2.0], [2.0, 3.0], [3.0, 2.0]])
+    ones = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    protocol = replace(PaperProtocol(), length_scales=(1.0, 3.0))
+    valid, target = torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.long)
+    got = _run_measures(cf, cf, valid, target, {1: (ones, ones)}, protocol, torch.Generator())
+    assert got["ip_star_1"] == pytest.approx(ip_star(cf, ones, 1.0))
+    assert got["ip_star_3"] == pytest.approx(ip_star(cf, ones, 3.0))
+    median = mmd2(cf, ones)
+    assert min(got["ip_star_1"], got["ip_star_3"], median) > 0.05
+    assert len({round(v, 3) for v in (got["ip_star_1"], got["ip_star_3"], median)}) == 3
 
 
 def test_ip_star_subsamples_the_valid_counterfactuals_with_the_protocols_generator(toy):

@@ -265,7 +265,7 @@ def domain_bounds(domain: Domain, n_features: int) -> Tensor:
     if isinstance(domain, Tensor):
         bounds = domain.detach().to("cpu", torch.float64)
     elif (
-        isinstance(domain, tuple)
+        isinstance(domain, tuple | list)
         and len(domain) == 2
         and all(isinstance(v, int | float) for v in domain)
     ):
