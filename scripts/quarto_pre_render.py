@@ -1,8 +1,11 @@
-"""Quarto pre-render step: put plotly.min.js at the project root for the site to serve.
+"""Quarto pre-render step: put plotly.min.js and KaTeX at the project root for the site to serve.
 
 The chapters store their figures without plotly.js, and every page loads the site's one copy
 (``project.resources`` in _quarto.yml copies it into the site). The file comes from the installed
 plotly package and is git-ignored, so a fresh clone gets it here, on every ``quarto render``.
+KaTeX, which typesets the equations (``html-math-method`` in _quarto.yml), comes the same way
+from the copy scripts/setup.sh installed from the npm registry into .cache/npm: its script, its
+stylesheet and its fonts go to katex/.
 
 Quarto runs this with $QUARTO_PYTHON, else the python3 on PATH, in the project folder. When that
 Python has no plotly (a system python3, say), the project's .venv from scripts/setup.sh is asked.
@@ -17,6 +20,9 @@ import sys
 from pathlib import Path
 
 PLOTLY_JS = "plotly.min.js"
+KATEX_SOURCE = Path(".cache") / "npm" / "node_modules" / "katex" / "dist"
+KATEX_TARGET = Path("katex")
+KATEX_FILES = ("katex.min.js", "katex.min.css")
 VENV_PYTHON = Path(".venv") / "bin" / "python"
 
 
@@ -40,6 +46,23 @@ def main() -> None:
     if not target.is_file() or target.stat().st_size != source.stat().st_size:
         shutil.copyfile(source, target)
         print(f"Copied {source} to {target.resolve()}")
+    _copy_katex()
+
+
+def _copy_katex() -> None:
+    if not (KATEX_SOURCE / KATEX_FILES[0]).is_file():
+        sys.exit(
+            f"{__file__}: KaTeX, which typesets the site's equations, is not in {KATEX_SOURCE}. "
+            "Run `bash scripts/setup.sh` (it installs KaTeX with npm from the npm registry)."
+        )
+    fonts = KATEX_TARGET / "fonts"
+    fonts.mkdir(parents=True, exist_ok=True)
+    wanted = [KATEX_SOURCE / name for name in KATEX_FILES]
+    wanted += sorted((KATEX_SOURCE / "fonts").iterdir())
+    for source in wanted:
+        target = KATEX_TARGET / source.relative_to(KATEX_SOURCE)
+        if not target.is_file() or target.stat().st_size != source.stat().st_size:
+            shutil.copyfile(source, target)
 
 
 if __name__ == "__main__":

@@ -88,10 +88,55 @@ def test_protected_sensitivity_equals_its_definition_on_a_linear_model():
     assert got == pytest.approx(expected, abs=1e-9)
 
 
+def _curved() -> nn.Module:
+    # A model whose IG depends on the number of path steps (a linear one's does not).
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+
+
 def test_protected_sensitivity_defaults_are_the_papers():
-    # The appendix: 100 rounds of 2,500 test points; Captum's 50 steps; seed 0.
+    # The appendix: 100 rounds of 2,500 test points; Captum's 50 steps; seed 0. Called, so that
+    # a changed default shows in the numbers, not only in the signature.
     defaults = {
         name: p.default for name, p in inspect.signature(protected_sensitivity).parameters.items()
     }
     assert (defaults["rounds"], defaults["samples"], defaults["n_steps"]) == (100, 2500, 50)
     assert defaults["seed"] == 0
+    model = _curved()
+    x = torch.randn(40, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    y = (x[:, 0] > 0).long()
+    got = protected_sensitivity(model, x, y, [1], two_dimensional=False)
+    explicit = protected_sensitivity(
+        model, x, y, [1], two_dimensional=False, rounds=100, samples=2500, seed=0, n_steps=50
+    )
+    assert got == explicit and len(got) == 100
+    baseline = torch.zeros(1, 3, dtype=torch.float64)
+    assert torch.equal(
+        integrated_gradients(model, x, y, baseline), integrated_gradients(model, x, y, baseline, 50)
+    )
+
+
+def test_protected_sensitivity_integrates_with_the_steps_it_is_given():
+    # On a curved model the path's steps change IG: each round must use the n_steps passed.
+    model = _curved()
+    x = torch.randn(30, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = (x[:, 0] > 0).long()
+    rng = torch.Generator().manual_seed(7)
+    expected = []
+    for _ in range(3):
+        rows = torch.randint(30, (11,), generator=rng)
+        baseline = (torch.rand(1, 3, generator=rng) * 2 - 1).double()
+        g = integrated_gradients(model, x[rows], y[rows], baseline, n_steps=3).mean(0)
+        expected.append(float(standardise(g, False)[[0, 2]].mean()))
+    got = protected_sensitivity(
+        model, x, y, [0, 2], two_dimensional=False, rounds=3, samples=11, seed=7, n_steps=3
+    )
+    assert got == pytest.approx(expected, abs=1e-12)
+    fifty = protected_sensitivity(
+        model, x, y, [0, 2], two_dimensional=False, rounds=3, samples=11, seed=7, n_steps=50
+    )
+    assert max(abs(a - b) for a, b in zip(got, fifty, strict=True)) > 1e-4
+    with pytest.raises(
+        ValueError, match="^protected_sensitivity needs at least one protected column$"
+    ):
+        protected_sensitivity(model, x, y, [], two_dimensional=False)

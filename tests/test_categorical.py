@@ -243,3 +243,19 @@ def test_adult_education_group_takes_education_num_as_in_ct_jl():
     assert [g for i, g in enumerate(matched) if i != education] == [
         g for i, g in enumerate(exact) if i != education
     ]
+
+
+def test_one_model_compiled_in_both_gradient_modes_keeps_them_apart():
+    # The compiled step of each mode is its own graph: the second mode's search on the same model
+    # must not reuse the first mode's.
+    model = person_mlp()
+    x, target = persons(model)
+    kwargs = {"domain": [(-1.5, 1.5)] * N_FEATURES, "categorical": GROUPS}
+    for mode in MODES:
+        fast = NativeGenerator(tau=0.6, categorical_gradient=mode, compile=True).generate(
+            model, x, target, **kwargs
+        )
+        slow = ReferenceGenerator(tau=0.6, categorical_gradient=mode).generate(
+            model, x, target, **kwargs
+        )
+        _compare(fast, slow)

@@ -745,3 +745,78 @@ def test_the_fused_step_scalars_are_float32_whatever_the_default_dtype():
     assert scalars.dtype == torch.float32 and scalars.tolist() == pytest.approx(
         [0.75, 0.1, 0.1, 0.3]
     )
+
+
+def test_forward_flops_count_one_row_of_the_model():
+    # A linear layer's pass costs 2 * in * out FLOPs per row, whatever the batch it is given.
+    assert compiled.forward_flops(nn.Linear(4, 3), torch.zeros(5, 4)) == 24
+    mlp = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4))
+    assert compiled.forward_flops(mlp, torch.zeros(9, 12)) == 2 * 12 * 16 + 2 * 16 * 4
+
+
+def test_the_compiler_is_available_from_torch_2_8_on(monkeypatch):
+    for version, available in [("2.7.1", False), ("2.8.0", True), ("2.14.1", True)]:
+        monkeypatch.setattr(torch, "__version__", version)
+        assert compiled.compiler_available() is available, version
+
+
+def test_auto_compile_thresholds_are_inclusive():
+    # Exactly AUTO_MIN_ELEMENTS elements, and a model of exactly AUTO_MAX_FLOPS_PER_FEATURE
+    # FLOPs per feature (2 * 64 * 256 = 512 * 64), qualify; one row or one output less do not.
+    d = 64
+    rows = torch.zeros(compiled.AUTO_MIN_ELEMENTS // d, d)
+    at_limit, over = nn.Linear(d, compiled.AUTO_MAX_FLOPS_PER_FEATURE // 2), nn.Linear(d, 257)
+    steps = compiled.AUTO_COMPILE_STEPS["cpu"]
+    assert compiled.forward_flops(at_limit, rows) == compiled.AUTO_MAX_FLOPS_PER_FEATURE * d
+    assert compiled.auto_compiles(at_limit, rows, None, steps)
+    assert not compiled.auto_compiles(at_limit, rows[1:], None, steps)
+    assert not compiled.auto_compiles(over, rows, None, steps)
+
+
+def test_the_compiled_step_runs_with_mutability_and_no_domain():
+    # Step bounds without a domain's bounds: the compiled step must really run (no fallback
+    # warning) and search as the per-sample reference does.
+    model = small_mlp(seed=11)
+    x, target = factuals(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fast = NativeGenerator(compile=True, tau=0.6).generate(
+            model, x, target, mutability=MUTABILITY
+        )
+    slow = ReferenceGenerator(tau=0.6).generate(model, x, target, mutability=MUTABILITY)
+    assert_same_search(fast, slow)
+    assert torch.equal(fast.counterfactual[:, [8, 11]], x[:, [8, 11]])  # "none" held
+
+
+def test_graphs_compiled_counts_each_new_graph_once():
+    model = small_mlp(seed=13)
+    x, target = factuals(model)
+    before = compiled.graphs_compiled()
+    for _ in range(2):  # the second search reuses the graph
+        NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
+    assert compiled.graphs_compiled() == before + 1
+    NativeGenerator(compile=True, tau=0.6).generate(model, x, target)  # no bounds: a new graph
+    assert compiled.graphs_compiled() == before + 2
+
+
+@pytest.mark.parametrize(
+    "error, shown",
+    [
+        (RuntimeError("first line\nsecond line"), "RuntimeError: first line"),
+        (KeyError(), "KeyError: "),
+    ],
+)
+def test_a_failed_compile_names_its_error_and_searches_eagerly(monkeypatch, error, shown):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(compiled, "_compile", failing)
+    model = small_mlp(seed=17)
+    x, target = factuals(model)
+    with pytest.warns(RuntimeWarning) as caught:
+        fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
+    assert [str(w.message) for w in caught] == [
+        f"cfbook: the compiled search step failed for Sequential ({shown}); searching with the "
+        "eager step instead (NativeGenerator(compile=False) skips the attempt)"
+    ]
+    assert_same_search(fast, NativeGenerator(compile=False, tau=0.6).generate(model, x, target))

@@ -75,7 +75,12 @@ def test_quarto_yml_is_a_book_that_renders_executed_notebooks_offline() -> None:
     assert f"/{PLOTLY_JS}" in project["resources"]
     assert config["execute"]["enabled"] is False
     html = config["format"]["html"]
-    assert html["html-math-method"] == "mathml"  # no MathJax from a CDN
+    # KaTeX from the site itself (the pre-render step copies it into katex/), no CDN; the pages
+    # in book/ find it one level up.
+    assert html["html-math-method"] == {"method": "katex", "url": "katex/"}
+    assert "/katex/**" in project["resources"]
+    chapters = yaml.safe_load((REPO / "book" / "_metadata.yml").read_text(encoding="utf-8"))
+    assert chapters["format"]["html"]["html-math-method"]["url"] == "../katex/"
     assert any(PLOTLY_JS in item["text"] for item in html["include-in-header"])
     themes = [REPO / t for t in html["theme"] if t.endswith(".scss")]
     assert any("$web-font-path: false" in t.read_text() for t in themes)  # no Google Fonts

@@ -58,11 +58,27 @@ def test_pre_render_falls_back_to_the_projects_venv(tmp_path: Path) -> None:
     if sys.prefix == sys.base_prefix or not base.is_file():
         pytest.skip("not running inside a virtual environment")
     (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    _link_katex(tmp_path)
     result = subprocess.run(
         [str(base), "-S", str(PRE_RENDER)], cwd=tmp_path, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / PLOTLY_JS).read_bytes() == _plotly_js()
+    # KaTeX's script, stylesheet and every font, as its stylesheet names them.
+    dist = REPO / KATEX_DIST
+    for name in ("katex.min.js", "katex.min.css"):
+        assert (tmp_path / "katex" / name).read_bytes() == (dist / name).read_bytes()
+    fonts = set(re.findall(r"url\(fonts/([^)]+)\)", (dist / "katex.min.css").read_text()))
+    assert fonts and fonts <= {p.name for p in (tmp_path / "katex" / "fonts").iterdir()}
+
+
+def test_pre_render_without_katex_says_what_to_do(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(PRE_RENDER)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "KaTeX" in result.stderr and "scripts/setup.sh" in result.stderr
+    assert not (tmp_path / "katex").exists()
 
 
 def test_pre_render_without_plotly_says_what_to_do(tmp_path: Path) -> None:
@@ -116,6 +132,17 @@ def test_post_render_fails_on_any_other_remote_asset(tmp_path: Path) -> None:
 # --- quarto render in a fresh clone --------------------------------------------------------------
 
 
+KATEX_DIST = Path(".cache") / "npm" / "node_modules" / "katex" / "dist"
+
+
+def _link_katex(project: Path) -> None:
+    """KaTeX as scripts/setup.sh installs it (from the npm registry into .cache/npm)."""
+    if not (REPO / KATEX_DIST / "katex.min.js").is_file():
+        pytest.fail(f"KaTeX is not in {REPO / KATEX_DIST}: run bash scripts/setup.sh")
+    (project / ".cache").mkdir()
+    (project / ".cache" / "npm").symlink_to(REPO / ".cache" / "npm", target_is_directory=True)
+
+
 def _project_files() -> list[str]:
     """What a clone holds: tracked files plus new ones not ignored (work in progress)."""
     try:
@@ -147,6 +174,7 @@ def fresh_clone(quarto: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     _git(clone, "add", "-A")
     _git(clone, "-c", "user.name=cfbook", "-c", "user.email=cfbook@localhost", "commit", "-qm", ".")
     (clone / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    _link_katex(clone)
     # .gitignore's `.venv/` matches the folder setup.sh makes, not this link standing in for it.
     (clone / ".git" / "info" / "exclude").write_text("/.venv\n")
     # The user's shell: Quarto on PATH, the venv not activated, no QUARTO_PYTHON.
@@ -188,17 +216,23 @@ def test_quarto_pages_over_http_load_draw_and_link_cleanly(
     browser: Browser, fresh_clone: Path, quarto_site: str
 ) -> None:
     links, ids = {}, {}
-    figures = 0
+    figures = equations = 0
     for page, notebook in _pages(fresh_clone):
         visit = open_page(browser, quarto_site, page)
         drawn = drawn_figures(visit.page)
         assert drawn == notebook_figures(notebook), page
         figures += drawn
+        # Every equation typeset by the site's KaTeX, none left as TeX or failed.
+        typeset = visit.page.locator(".katex").count()
+        assert visit.page.locator(".katex-error").count() == 0, page
+        assert typeset == visit.page.locator("span.math").count(), page
+        equations += typeset
         links[page], ids[page] = page_links(visit.page), page_ids(visit.page)
         visit.page.wait_for_timeout(300)  # let late scripts report their errors
         assert visit.problems == [], f"{page}: {visit.problems}"
         visit.page.close()
     assert figures >= 2  # the digits and the comparison: the check saw real figures
+    assert equations >= 40  # the preface's method and the training chapter's loss
     assert dead_links(links, quarto_site, fresh_clone / "_site", ids) == []
 
 

@@ -8,6 +8,7 @@ how it was built.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,10 @@ def setup(
     ``data_dir=None`` is :func:`cfbook.data.find_data_dir`.
     """
     device = detect_device(verbose=False)
+    if device.type != "cuda":
+        # A CUDA build of torch on a machine without CUDA logs "No CUDA runtime is found" to
+        # stderr when inductor first compiles: true of the machine, nothing a reader should act on.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     mode, config = resolve_parameters(CT_MODE, profile, device)
     folder = Path(data_dir) if data_dir is not None else find_data_dir()
     print(f"CT_MODE={mode}, profile={config.name}, device {device} ({describe_device(device)})")

@@ -263,5 +263,6 @@ def load_mnist(
     )
     if verbose:
         n_train = data.x.shape[0]
-        print(f"Loaded {n_train} training / {n_val} held-out samples on {device} from {source}")
+        print(f"Loaded {n_train} training / {n_val} held-out samples on {device}")
+        print(f"from {source}")
     return data

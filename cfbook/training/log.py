@@ -40,7 +40,7 @@ class EpochRecord:
 
 
 class TrainingLog(list):
-    """A list of :class:`EpochRecord` plus ``meta`` describing the run that produced it."""
+    """A list of ``EpochRecord`` plus ``meta`` describing the run that produced it."""
 
     def __init__(self, records: list[EpochRecord] | None = None, meta: dict | None = None):
         super().__init__(records or [])
@@ -77,7 +77,7 @@ def save_log(log: TrainingLog, path: str | Path) -> None:
 
 
 def load_log(path: str | Path) -> TrainingLog:
-    """Read a log written by :func:`save_log`; a damaged file is an error naming the file."""
+    """Read a log written by ``save_log``; a damaged file is an error naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"training log not found: {path}")

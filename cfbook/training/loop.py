@@ -313,7 +313,7 @@ def counterfactual_training(
     ``"mature"``. Under ``"neighbour"``, an epoch in which fewer than half of the counterfactuals
     are valid warns once (``LowValidityWarning``): the energy term is then mostly zero.
 
-    Under DDP (:func:`cfbook.training.distributed.init_distributed` has run, each process passing
+    Under DDP (``cfbook.training.distributed.init_distributed`` has run, each process passing
     its own sharded ``DeviceLoader``), gradients are averaged across processes, each process
     searches its share of the ``nce`` counterfactuals, the log holds figures over all processes
     (the epoch time is the slowest process's), and only rank 0 writes checkpoints. ``callback``

@@ -154,7 +154,7 @@ def energy_schedule_figure(searches: dict[str, SearchParameters]) -> go.Figure:
         template=TEMPLATE,
         height=320,
         xaxis_title="search iteration t",
-        yaxis_title="λ_energy · φ_t",
+        yaxis_title="λ_energy · φ_k",
         legend={"orientation": "h", "y": -0.3},
     )
     return fig

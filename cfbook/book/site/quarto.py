@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cfbook.book.reference import write_reference
 from cfbook.book.toc import Book
 
 __all__ = ["find_quarto", "quarto_version", "render_with_quarto"]
@@ -67,7 +68,9 @@ def _run(quarto: str, project_dir: Path, site_dir: Path) -> None:
 
 
 def render_with_quarto(quarto: str, book: Book, source_dir: Path, site_dir: Path) -> Path:
-    """``quarto render`` the chapters of ``source_dir`` into ``site_dir``; returns the home page."""
+    """``quarto render`` the chapters of ``source_dir`` into ``site_dir``; returns the home page.
+    The API reference's pages are written again from the docstrings first."""
+    write_reference(book.project_dir)
     if source_dir.resolve() == book.project_dir.resolve():
         _run(quarto, book.project_dir, site_dir)
     else:
