@@ -380,8 +380,18 @@ def test_the_two_dimensional_text_follows_the_paths():
         ]
     }
     text = two_d_text(result)
-    assert "- **LS**: CT: 1/2 valid, mean path length 2.00" in text
+    # Reach: the L1 distance from a path's start to its end, 1 for both paths.
+    assert "- **LS**: CT: 1/2 valid, mean path length 2.00, reach 1.00;" in text
     assert "no protected search moved x1" in text
+    assert "wander" not in text  # 2 is not more than 3 times the reach
+    assert "than the baseline's on 0 of 2 data sets (none)" in text
+    long = {**panel, "title": "baseline", "path_l1": [1.0, 6.0]}  # 3.5 > 3 times the reach
+    further = {**panel, "paths": [[[0.0, 0.0], [2.0, 0.0]], [[0.0, 1.0], [2.0, 1.0]]]}
+    result["data"][1]["panels"] = [long, further, protected, protected]
+    text = two_d_text(result)
+    assert "baseline: 1/2 valid, mean path length 3.50, reach 1.00 (the paths wander: 4" in text
+    assert "than the baseline's on 1 of 2 data sets (Moon)" in text
+    result["data"][1]["panels"] = [panel, panel, protected, protected]
     fig = two_d_figure(result)
     per_set = len(fig.data) // 2
     assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["LS", "Moon"]

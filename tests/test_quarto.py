@@ -355,3 +355,28 @@ def test_quarto_search_slider_moves_the_images(
     assert label.text_content() == "search step 0"
     assert visit.problems == []
     visit.page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 390])
+def test_quarto_pages_fit_a_desktop_and_a_phone(
+    browser: Browser, fresh_clone: Path, quarto_site: str, width: int
+) -> None:
+    """Nothing runs off the page sideways: wide tables, code spans and equations scroll or wrap
+    within the column (book/theme.scss); the reference's pages are checked too."""
+    site = fresh_clone / "_site"
+    pages = [page for page, _ in _pages(fresh_clone)]
+    pages += [p.relative_to(site).as_posix() for p in sorted((site / "reference").glob("*.html"))]
+    assert len(pages) > len(_pages(fresh_clone))  # the API reference was built
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    wide = []
+    for path in pages:
+        page.goto(f"{quarto_site}/{path}")
+        page.wait_for_timeout(300)
+        scroll, inner = page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        if scroll > inner:
+            wide.append(f"{path}: {scroll} px")
+    page.close()
+    assert wide == [], f"wider than a {width} px window: {wide}"

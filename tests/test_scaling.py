@@ -139,3 +139,15 @@ def test_a_recorded_benchmark_is_summarised_by_its_targets_with_no_headings():
     assert "<details><summary>All of benchmark calibration</summary>" in summary
     assert not any(line.startswith("#") for line in summary.splitlines())
     assert benchmark_summary("no-such-benchmark") is None
+
+
+def test_the_scaling_figures_caption_names_the_profiles_that_were_measured():
+    import nbformat
+
+    from cfbook.book.scaling import scaling_profiles
+    from cfbook.data import find_data_dir
+
+    chapter = nbformat.read(find_data_dir().parent / "book" / "scaling.ipynb", as_version=4)
+    (cell,) = [c for c in chapter.cells if "#| label: fig-scaling" in c.source]
+    measured = scaling_profiles(find_data_dir())
+    assert ("so far only `smoke`" in cell.source) == (measured == ["smoke"]), measured

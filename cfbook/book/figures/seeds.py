@@ -221,7 +221,7 @@ def seeds_figure(full: Sequence[TrainingLog], vanilla: Sequence[TrainingLog]) ->
             "Wall-clock time per epoch (s)",
             "Held-out accuracy",
             "Valid training-time counterfactuals (share)",
-            "Energy differential, valid counterfactuals (logit units)",
+            "Energy differential, valid ones (logits)",
         ),
         vertical_spacing=0.16,
     )

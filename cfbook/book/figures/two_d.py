@@ -18,6 +18,7 @@ CLASS_COLOURS = ("#1f6fb4", "#e8710a")
 def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
     """Every trace of one data set's four panels, with its subplot position."""
     out = []
+    legend: set[str] = set()
     ax, ay = d["axes"]
     for i, panel in enumerate(d["panels"]):
         row, col = divmod(i, 2)
@@ -81,6 +82,10 @@ def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
             ends = [
                 p[-1] for p, v in zip(panel["paths"], panel["valid"], strict=True) if v == valid
             ]
+            # Each kind of end in the legend once per data set, from a panel that has one.
+            first = bool(ends) and name not in legend
+            if first:
+                legend.add(name)
             out.append(
                 (
                     go.Scatter(
@@ -89,7 +94,7 @@ def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
                         mode="markers",
                         marker={"size": 10, "symbol": symbol, "color": "black"},
                         name=name,
-                        showlegend=i == 0,
+                        showlegend=first,
                         hovertemplate=f"{name}: (%{{x:.2f}}, %{{y:.2f}})<extra></extra>",
                     ),
                     *pos,
@@ -144,17 +149,31 @@ def two_d_text(result: dict[str, Any]) -> str:
             panel = p[title]
             n, valid = len(panel["valid"]), sum(panel["valid"])
             mean = sum(panel["path_l1"]) / n
-            parts.append(f"{title}: {valid}/{n} valid, mean path length {mean:.2f}")
+            reach = _mean_reach(panel["paths"])
+            part = f"{title}: {valid}/{n} valid, mean path length {mean:.2f}, reach {reach:.2f}"
+            if mean > WANDERING * reach:
+                part += f" (the paths wander: {mean / reach:.0f} times as long as their reach)"
+            parts.append(part)
         moved = [t for t, panel in p.items() if panel["protected"] and panel["moved_x1"]]
         frozen = "x1 moved in " + ", ".join(moved) if moved else "no protected search moved x1"
         lines.append(f"- **{d['label']}**: " + "; ".join(parts) + f"; {frozen}.")
     further = [
         d["label"]
         for d in result["data"]
-        if sum(d["panels"][1]["path_l1"]) > sum(d["panels"][0]["path_l1"])
+        if _mean_reach(d["panels"][1]["paths"]) > _mean_reach(d["panels"][0]["paths"])
     ]
     lines.append(
-        f"\nCT's free searches travel further than the baseline's on {len(further)} of "
-        f"{len(result['data'])} data sets ({', '.join(further) or 'none'})."
+        f"\nCT's free searches end further from their factuals than the baseline's on "
+        f"{len(further)} of {len(result['data'])} data sets ({', '.join(further) or 'none'})."
     )
     return "\n".join(lines)
+
+
+# A path longer than this many times its reach goes back and forth rather than somewhere.
+WANDERING = 3.0
+
+
+def _mean_reach(paths: list[list[list[float]]]) -> float:
+    """The mean L1 distance from a path's start to its end: how far the search got, however
+    it went (a path's length also counts every step back)."""
+    return sum(abs(p[-1][0] - p[0][0]) + abs(p[-1][1] - p[0][1]) for p in paths) / len(paths)
