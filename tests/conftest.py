@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import torch
+from torch import nn
 
 if TYPE_CHECKING:  # playwright is the browser extra: only the browser tests need it.
     from playwright.sync_api import Browser
@@ -32,6 +34,17 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def scaled_mlp(n_features: int, n_classes: int, seed: int = 0, scale: float = 3.0) -> nn.Module:
+    """A seeded random MLP (one hidden layer of 16) with its weights scaled up, so that most
+    counterfactual searches on it converge."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(n_features, 16), nn.ReLU(), nn.Linear(16, n_classes))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """One-hot (categorical) features in the counterfactual search: each group decoded to its largest
 entry at every step, as CounterfactualExplanations.jl's ``reconstruct_cat_encoding`` does."""
 
+import functools
+
 import pytest
 import torch
+from conftest import scaled_mlp
 from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator
@@ -17,13 +20,7 @@ MUTABILITY = ["both", "none", "increase"] + ["both"] * 8 + ["none", "none"]
 MODES = ("frozen", "straight_through")
 
 
-def person_mlp(seed: int = 0, scale: float = 8.0) -> nn.Module:
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.ReLU(), nn.Linear(16, N_CLASSES))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(scale)
-    return model
+person_mlp = functools.partial(scaled_mlp, N_FEATURES, N_CLASSES, scale=8.0)
 
 
 def persons(model: nn.Module, n: int = 40, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,3 +1,4 @@
+import functools
 import gc
 import math
 import warnings
@@ -6,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import scaled_mlp
 from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator
@@ -17,14 +19,8 @@ N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
 
 
-def small_mlp(seed: int = 0, scale: float = 3.0) -> nn.Module:
-    """A random MLP with large enough weights that most searches converge."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 16), nn.ReLU(), nn.Linear(16, N_CLASSES))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(scale)
-    return model
+# A random MLP with large enough weights that most searches converge.
+small_mlp = functools.partial(scaled_mlp, N_FEATURES, N_CLASSES)
 
 
 def factuals(model: nn.Module, n: int = 48, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

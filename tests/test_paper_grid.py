@@ -459,8 +459,8 @@ def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):
 
 
 def test_interval_bars_reach_from_the_reduction_to_its_interval(smoke):
-    from cfbook.book.figures.ablation import ablation_figure
-    from cfbook.book.figures.reproduction import interval_bars, reduction_figure
+    from cfbook.book.figures.ablation import ablation_figure, interval_bars
+    from cfbook.book.figures.reproduction import reduction_figure
 
     bars = interval_bars([{"reduction": 10.0, "reduction_low": 4.0, "reduction_high": 25.0}, {}])
     assert bars["array"] == [15.0, None] and bars["arrayminus"] == [6.0, None]

@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cfbook.book.figures.reproduction import FGSM_EPS, interval_bars
+from cfbook.book.figures.reproduction import FGSM_EPS
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.evaluation.attacks import accuracy_at
 from cfbook.models import IMAGE_SHAPE
@@ -23,6 +23,22 @@ from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, SEARCH
 OBJECTIVES = {"full": "full (CT)", "energy": "energy only", "adversarial": "adversarial only"}
 MEASURES = {"ip": "IP", "ip_star_5": "IP*", "cost": "cost"}
 OBJECTIVE_COLOURS = {"full": COLOURS["full"], "energy": "#2ca02c", "adversarial": "#9467bd"}
+
+
+def interval_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Plotly error bars from each row's reduction to its ``reduction_low`` / ``_high`` (none
+    where a row has no reduction)."""
+    mid = [r.get("reduction") for r in rows]
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [
+            None if m is None else r["reduction_high"] - m for r, m in zip(rows, mid, strict=True)
+        ],
+        "arrayminus": [
+            None if m is None else m - r["reduction_low"] for r, m in zip(rows, mid, strict=True)
+        ],
+    }
 
 
 def _cell(r: dict[str, Any] | None) -> str:

@@ -525,22 +525,6 @@ def reduction_figure(results: dict[str, Any], scale: str = SCALE) -> go.Figure:
     return fig
 
 
-def interval_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Plotly error bars from each row's reduction to its ``reduction_low`` / ``_high`` (none
-    where a row has no reduction)."""
-    mid = [r.get("reduction") for r in rows]
-    return {
-        "type": "data",
-        "symmetric": False,
-        "array": [
-            None if m is None else r["reduction_high"] - m for r, m in zip(rows, mid, strict=True)
-        ],
-        "arrayminus": [
-            None if m is None else m - r["reduction_low"] for r, m in zip(rows, mid, strict=True)
-        ],
-    }
-
-
 def settings_table() -> str:
     """The per-data-set settings of the grid, as the paper's grid configurations give them."""
     lines = [
