@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 from torch import nn
 
+from cfbook.evaluation import protocol as protocol_module
 from cfbook.evaluation.metrics import ip_star, mmd2
 from cfbook.evaluation.protocol import PaperProtocol, _run_measures, paper_evaluate
 from cfbook.evaluation.statistics import compare_models
@@ -250,3 +251,52 @@ def test_the_test_time_search_is_the_papers():
     assert (search.maxiter, search.step_size) == (7, 0.3)
     assert search.categorical_gradient == "straight_through"
     assert PaperProtocol().step_size == 0.1  # Flux's Descent() default, which CT.jl runs
+
+
+def test_each_run_is_measured_on_its_own_rows(toy, monkeypatch):
+    # The batched search holds every run's rows one after another: run r is measured on its
+    # own `individuals` rows, the same individuals (targets) in every run.
+    x, y = toy
+    seen = []
+    original = protocol_module._run_measures
+
+    def spy(x0, cf, valid, target, *args):
+        seen.append((x0.clone(), target.clone()))
+        return original(x0, cf, valid, target, *args)
+
+    monkeypatch.setattr(protocol_module, "_run_measures", spy)
+    protocol = PaperProtocol(rounds=3, individuals=5, energy_weights=(1.0,))
+    result = paper_evaluate({"ct": _by_sign(0)}, x, y, protocol)
+    assert [x0.shape[0] for x0, _ in seen] == [5, 5, 5]
+    assert result["protocol"] == asdict(protocol)  # the result says how it was measured
+    assert all(torch.equal(target, seen[0][1]) for _, target in seen)
+    assert not torch.equal(seen[0][0], seen[1][0])  # each run draws its own rows
+
+
+def test_the_test_time_search_keeps_the_mutability(toy):
+    # A model that decides by x1 alone: with x1 immutable no search can cross its boundary.
+    x, y = toy
+    protocol = PaperProtocol(rounds=2, individuals=10, energy_weights=(1.0,))
+    free = paper_evaluate({"ct": _by_sign(0)}, x, y, protocol)
+    frozen = paper_evaluate({"ct": _by_sign(0)}, x, y, protocol, mutability=["none", "both"])
+    assert all(v > 0.5 for v in free["per_round"]["ct"]["validity"])
+    assert frozen["per_round"]["ct"]["validity"] == [0.0, 0.0]
+
+
+def test_ip_star_averages_the_classes_that_have_two_points_a_side():
+    # Class 0: two valid counterfactuals, two reference points; class 1: two counterfactuals
+    # but a single reference point (of two features): it has no IP*, and the figure is class
+    # 0's alone. With both classes measurable it is the mean of the two.
+    cf = torch.tensor([[2.0, 2.0], [2.0, 3.0], [5.0, 5.0], [6.0, 5.0]])
+    target = torch.tensor([0, 0, 1, 1])
+    valid = torch.ones(4, dtype=torch.bool)
+    zeros, ones = torch.tensor([[0.0, 0.0], [0.0, 1.0]]), torch.tensor([[4.0, 4.0], [4.0, 6.0]])
+    protocol = replace(PaperProtocol(), length_scales=(1.0,))
+    one_point = {0: (zeros, zeros), 1: (ones[:1], ones[:1])}
+    got = _run_measures(cf, cf, valid, target, one_point, protocol, torch.Generator())
+    assert got["ip_star_1"] == pytest.approx(ip_star(cf[:2], zeros, 1.0))
+    both = {0: (zeros, zeros), 1: (ones, ones)}
+    got = _run_measures(cf, cf, valid, target, both, protocol, torch.Generator())
+    expected = (ip_star(cf[:2], zeros, 1.0) + ip_star(cf[2:], ones, 1.0)) / 2
+    assert min(ip_star(cf[:2], zeros, 1.0), ip_star(cf[2:], ones, 1.0)) > 0.05
+    assert got["ip_star_1"] == pytest.approx(expected)
