@@ -49,18 +49,28 @@ def main() -> None:
     _copy_katex()
 
 
+def _katex_source() -> Path | None:
+    # The project's own .cache, else that of the checkout this script lives in (the pipeline
+    # renders a staged copy of the project whose scripts/ links back to the checkout).
+    for project in (Path("."), Path(__file__).resolve().parents[1]):
+        if (project / KATEX_SOURCE / KATEX_FILES[0]).is_file():
+            return project / KATEX_SOURCE
+    return None
+
+
 def _copy_katex() -> None:
-    if not (KATEX_SOURCE / KATEX_FILES[0]).is_file():
+    source_dir = _katex_source()
+    if source_dir is None:
         sys.exit(
             f"{__file__}: KaTeX, which typesets the site's equations, is not in {KATEX_SOURCE}. "
             "Run `bash scripts/setup.sh` (it installs KaTeX with npm from the npm registry)."
         )
     fonts = KATEX_TARGET / "fonts"
     fonts.mkdir(parents=True, exist_ok=True)
-    wanted = [KATEX_SOURCE / name for name in KATEX_FILES]
-    wanted += sorted((KATEX_SOURCE / "fonts").iterdir())
+    wanted = [source_dir / name for name in KATEX_FILES]
+    wanted += sorted((source_dir / "fonts").iterdir())
     for source in wanted:
-        target = KATEX_TARGET / source.relative_to(KATEX_SOURCE)
+        target = KATEX_TARGET / source.relative_to(source_dir)
         if not target.is_file() or target.stat().st_size != source.stat().st_size:
             shutil.copyfile(source, target)
 

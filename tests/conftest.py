@@ -77,10 +77,12 @@ class SmokeBook:
 
 
 def make_data_dir(root: Path) -> Path:
-    """A fresh data folder (so no real log is touched) that still sees the shipped MNIST files."""
+    """A fresh data folder (so no real log is touched) that still sees the shipped data sets:
+    MNIST, and the tabular files ("CT on your own data" reads Adult)."""
     data_dir = root / "data"
     data_dir.mkdir()
-    (data_dir / "MNIST").symlink_to(REPO / "data" / "MNIST", target_is_directory=True)
+    for shipped in ("MNIST", "tabular"):
+        (data_dir / shipped).symlink_to(REPO / "data" / shipped, target_is_directory=True)
     return data_dir
 
 

@@ -442,7 +442,10 @@ def test_smoke_site_is_built_with_quarto_when_it_is_on_path(smoke_book: SmokeBoo
     assert re.search(rf"^ {{7}}built with {builder} in {_DURATION} -> ", smoke_book.output, re.M)
     site = smoke_book.site_dir
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
-    assert pages == sorted(c.with_suffix(".html").as_posix() for c in read_book(REPO).chapters)
+    config = yaml.safe_load((REPO / CONFIG_FILE).read_text(encoding="utf-8"))
+    appendices = [Path(a) for a in config["book"]["appendices"]]  # the API reference
+    expected = [c.with_suffix(".html").as_posix() for c in [*read_book(REPO).chapters, *appendices]]
+    assert pages == sorted(expected)
     assert [p.relative_to(site).as_posix() for p in site.rglob(PLOTLY_JS)] == [PLOTLY_JS]
     for page in site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")

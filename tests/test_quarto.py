@@ -72,9 +72,28 @@ def test_pre_render_falls_back_to_the_projects_venv(tmp_path: Path) -> None:
     assert fonts and fonts <= {p.name for p in (tmp_path / "katex" / "fonts").iterdir()}
 
 
-def test_pre_render_without_katex_says_what_to_do(tmp_path: Path) -> None:
+def test_pre_render_finds_katex_beside_its_checkout(tmp_path: Path) -> None:
+    # The pipeline renders a staged copy whose scripts/ links to the checkout, without .cache.
+    (tmp_path / "scripts").symlink_to(REPO / "scripts", target_is_directory=True)
     result = subprocess.run(
-        [sys.executable, str(PRE_RENDER)], cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, str(tmp_path / "scripts" / PRE_RENDER.name)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    dist = REPO / KATEX_DIST
+    assert (tmp_path / "katex" / "katex.min.js").read_bytes() == (
+        dist / "katex.min.js"
+    ).read_bytes()
+
+
+def test_pre_render_without_katex_says_what_to_do(tmp_path: Path) -> None:
+    # A copy of the script, so that the checkout it lives in has no KaTeX either.
+    (tmp_path / "scripts").mkdir()
+    script = shutil.copy(PRE_RENDER, tmp_path / "scripts")
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True
     )
     assert result.returncode != 0
     assert "KaTeX" in result.stderr and "scripts/setup.sh" in result.stderr
