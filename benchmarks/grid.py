@@ -7,7 +7,7 @@
   compiled step against the eager one.
 
 The grid's total and per-data-set times come from the result files of the last
-``python -m cfbook.paper`` run (``data/reproduction/results.json``): a whole-process measurement
+``python -m cfbook.commands.paper`` run (``data/reproduction/results.json``): a whole-process measurement
 that cannot run side by side with anything.
 """
 

@@ -6,12 +6,36 @@ settings, a download that failed, a Jupyter kernel that does not start this Pyth
 ``RuntimeError``, as these errors were before it existed, so that code catching those keeps
 working; the command lines print it as one line, while any other ``RuntimeError`` (torch's,
 say) keeps its traceback.
+
+``warn`` points a library warning at the line that called the library, however deep inside the
+package it was raised.
 """
 
 from __future__ import annotations
 
-__all__ = ["SetupError"]
+import inspect
+import warnings
+
+__all__ = ["SetupError", "warn"]
+
+# cfbook's modules that use the library as its users do: their calls are the ones to name.
+_APPLICATIONS = ("cfbook.book", "cfbook.commands", "cfbook.paper")
 
 
 class SetupError(RuntimeError):
     """What was asked cannot run here; the message names the cause and the way out."""
+
+
+def _in_library(module: str) -> bool:
+    inside = module == "cfbook" or module.startswith("cfbook.")
+    return inside and not module.startswith(_APPLICATIONS)
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` at the first frame outside the library: a fixed ``stacklevel`` names a
+    line inside cfbook whenever another path leads to the warning (and Python 3.11 gives each
+    comprehension a frame of its own)."""
+    frame, level = inspect.currentframe().f_back, 2
+    while frame is not None and _in_library(frame.f_globals.get("__name__", "")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -78,10 +78,11 @@ class SmokeBook:
 
 def make_data_dir(root: Path) -> Path:
     """A fresh data folder (so no real log is touched) that still sees the shipped data sets:
-    MNIST, and the tabular files ("CT on your own data" reads Adult)."""
+    MNIST, the tabular files ("CT on your own data" reads Adult), and the shipped `tutorial` and
+    `cpu` logs (the comparison chapter draws the Julia page's run beside the `cpu` profile)."""
     data_dir = root / "data"
     data_dir.mkdir()
-    for shipped in ("MNIST", "tabular"):
+    for shipped in ("MNIST", "tabular", "tutorial", "cpu"):
         (data_dir / shipped).symlink_to(REPO / "data" / shipped, target_is_directory=True)
     return data_dir
 

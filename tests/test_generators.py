@@ -475,8 +475,9 @@ class _DataDependent(nn.Module):
 def test_a_model_that_cannot_be_compiled_falls_back_to_eager_with_a_warning():
     model = _DataDependent()
     x, target = factuals(model)
-    with pytest.warns(RuntimeWarning, match="compiled search step failed for _DataDependent"):
+    with pytest.warns(RuntimeWarning, match="compiled search step failed for _DataDependent") as w:
         fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
+    assert [r.filename for r in w] == [__file__]  # names the call of generate, not cfbook
     slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1, 1))
     assert_same_search(fast, slow)
     with warnings.catch_warnings():

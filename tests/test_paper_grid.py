@@ -399,6 +399,16 @@ def test_the_two_dimensional_text_follows_the_paths():
         fig.layout.updatemenus[0].buttons[1].args[0]["visible"]
         == [False] * per_set + [True] * per_set
     )
+    # The legend names each kind of end once per data set, even when the first panel has only
+    # valid ends (the invalid one's entry then comes from a later panel).
+    all_valid = {**panel, "title": "baseline", "valid": [True, True]}
+    for d in result["data"]:
+        d["panels"] = [all_valid, panel, protected, protected]
+    fig = two_d_figure(result)
+    per_set = len(fig.data) // 2
+    for k in (0, 1):
+        shown = [t.name for t in fig.data[k * per_set : (k + 1) * per_set] if t.showlegend]
+        assert shown.count("valid end") == 1 and shown.count("invalid end") == 1, shown
 
 
 def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():

@@ -382,7 +382,9 @@ def test_mostly_invalid_counterfactuals_warn_once_under_the_neighbour_rule():
     hopeless = NativeGenerator(maxiter=1, step_size=0.01, tau=0.99)
     with pytest.warns(LowValidityWarning, match=r"only 0% of the counterfactuals") as caught:
         _, log = toy_run(FullObjective(), hopeless, nepochs=3, nce=30)
-    assert len([w for w in caught if w.category is LowValidityWarning]) == 1  # once per run
+    low = [w for w in caught if w.category is LowValidityWarning]
+    assert len(low) == 1  # once per run
+    assert low[0].filename == __file__  # at the call of counterfactual_training (in toy_run)
     assert log.meta["mature"] == "neighbour"
     assert all(r.percent_valid == 0 and r.implaus == 0 for r in log)  # the no-op it warns about
     with warnings.catch_warnings():
@@ -460,9 +462,11 @@ def test_labels_out_of_range_are_named():
 
 
 def test_small_nce_is_raised_to_one_per_batch():
-    with pytest.warns(UserWarning, match="raised to 3"):
+    with pytest.warns(UserWarning, match="raised to 3") as caught:
         _, log = toy_run(FullObjective(), nepochs=1, nce=2)
     assert log.meta["nce"] == 3
+    raised = [w for w in caught if "raised to 3" in str(w.message)]
+    assert [w.filename for w in raised] == [__file__]  # the caller's line, not cfbook's
 
 
 class _NanBelow(torch.nn.Module):
@@ -482,7 +486,8 @@ def test_non_finite_loss_skips_the_update_and_is_counted():
     # Unshuffled: the NaN sample is in batch 0 of 2; only batch 1 updates the weights.
     loader = DeviceLoader(x, y, batch_size=30, shuffle=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.warns(UserWarning, match="non-finite loss in epoch 1, batch 0: update skipped"):
+    skipped = "non-finite loss in epoch 1, batch 0: update skipped"
+    with pytest.warns(UserWarning, match=skipped) as caught:
         _, log = counterfactual_training(
             VanillaObjective(),
             model,
@@ -494,6 +499,7 @@ def test_non_finite_loss_skips_the_update_and_is_counted():
             domain=None,
             verbose=0,
         )
+    assert [w.filename for w in caught] == [__file__]
     assert log[0].skipped_batches == 1
     assert log[0].train_loss != log[0].train_loss  # the mean covers every batch: NaN, as in CT.jl
     torch.manual_seed(0)

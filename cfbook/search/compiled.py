@@ -23,7 +23,6 @@ reuse it, and a working set never shrinks below two rows (the graph assumes at l
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Literal
@@ -32,6 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from cfbook.errors import warn
 from cfbook.search.constraints import CategoricalCode
 from cfbook.search.step import WorkingSet, fused_step
 
@@ -136,8 +136,8 @@ def compile_search(
     bounds: tuple[Tensor, Tensor] | None,
     step_bounds: tuple[Tensor, Tensor] | None,
     with_cost: bool,
-    categorical: CategoricalCode | None = None,
-    frozen: bool = True,
+    categorical: CategoricalCode | None,
+    frozen: bool,
 ) -> Step | None:
     """The compiled iteration for searches of ``model`` from rows like ``x0`` (any row count of
     at least two) under this constraint layout, compiled on first use; None, with a warning, if
@@ -185,12 +185,11 @@ def compile_search(
         except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
             _failed.add(model)
             reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            warnings.warn(
+            warn(
                 f"cfbook: the compiled search step failed for {type(model).__name__} "
                 f"({type(err).__name__}: {reason}); searching with the eager step instead "
                 "(NativeGenerator(compile=False) skips the attempt)",
                 RuntimeWarning,
-                stacklevel=3,
             )
             return None
     graph = graphs[key]

@@ -8,7 +8,6 @@ the search, the log), resume it from a checkpoint, train one epoch, and record t
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch import Tensor, nn
 
 from cfbook.amp import autocast, check_amp
 from cfbook.device import synchronize
+from cfbook.errors import warn
 from cfbook.inputs import (
     check_features,
     check_finite,
@@ -114,10 +114,9 @@ def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
     if nce > n:
         raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
     if nce < n_batches:
-        warnings.warn(
+        warn(
             f"nce={nce} is below the number of mini-batches; raised to {n_batches} so every "
-            "batch gets at least one counterfactual",
-            stacklevel=3,
+            "batch gets at least one counterfactual"
         )
         nce = n_batches
     return nce
@@ -217,9 +216,7 @@ def _train_epoch(
                 loss, terms = batch_loss(model, objective, xb, yb, cf, rows, opts.fuse)
             sums.add(loss, terms)
             if not distributed.all_finite(loss):
-                warnings.warn(
-                    f"non-finite loss in epoch {epoch}, batch {b}: update skipped", stacklevel=3
-                )
+                warn(f"non-finite loss in epoch {epoch}, batch {b}: update skipped")
                 sums.skipped += 1
                 update_ok = False
             if update_ok:
@@ -553,7 +550,7 @@ def _warn_low_validity(record: EpochRecord) -> bool:
     """Warn if ``record``'s counterfactuals were mostly invalid; True if it warned."""
     if record.percent_valid >= LOW_VALIDITY:
         return False
-    warnings.warn(
+    warn(
         f"epoch {record.epoch}: only {record.percent_valid:.0%} of the counterfactuals were "
         f"valid. Under mature='neighbour' (the CT paper's rule) an invalid counterfactual is "
         f"replaced by its neighbour, so the energy differential was exactly zero for "
@@ -562,7 +559,6 @@ def _warn_low_validity(record: EpochRecord) -> bool:
         "tau or lambda_cost), or train with mature='raw' (CT.jl's Native branch). Warned once "
         "per run.",
         LowValidityWarning,
-        stacklevel=3,
     )
     return True
 

@@ -1,0 +1,194 @@
+"""The figure of CT.jl's "Training on GPU" page, drawn as that page draws it, from one run of each
+objective: time per epoch with the end of burn-in and each objective's post-burn-in average,
+training accuracy, and CT's implausibility (the energy differential its loss minimises). The text
+beside it is written from the same logs, so it says what this run measured, not what the page did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cfbook.book.figures.training import BURNIN_COLOUR, COLOURS, TEMPLATE
+from cfbook.evaluation.statistics import mean_of
+from cfbook.training.log import TrainingLog
+
+NAMES = {"full": "Full objective", "vanilla": "Vanilla objective"}
+
+
+def _burnin(log: TrainingLog) -> int:
+    return int(log.meta.get("burnin_epochs", 0))
+
+
+def post_burnin_seconds(log: TrainingLog) -> float | None:
+    """The mean time per epoch after burn-in (the page's dotted lines)."""
+    burnin = _burnin(log)
+    return mean_of([r.time_taken for r in log if r.epoch > burnin])
+
+
+def seed_page_summary(full: TrainingLog, vanilla: TrainingLog) -> dict[str, Any]:
+    """The numbers the page's text quotes, from the first run of each objective."""
+    burnin = _burnin(full)
+    cf = [r for r in full if r.implaus is not None]
+    last_acc = {
+        key: next((r.acc for r in reversed(log) if r.acc is not None), None)
+        for key, log in (("full", full), ("vanilla", vanilla))
+    }
+    last_val = {
+        key: next((r.acc_val for r in reversed(log) if r.acc_val is not None), None)
+        for key, log in (("full", full), ("vanilla", vanilla))
+    }
+    return {
+        "device": full.meta.get("device_name", full.meta.get("device", "unknown device")),
+        "threads": full.meta.get("threads"),
+        "mature": full.meta.get("mature"),
+        "nepochs": len(full),
+        "burnin_epochs": burnin,
+        "time_full": post_burnin_seconds(full),
+        "time_vanilla": post_burnin_seconds(vanilla),
+        "acc_full": last_acc["full"],
+        "acc_vanilla": last_acc["vanilla"],
+        "acc_val_full": last_val["full"],
+        "acc_val_vanilla": last_val["vanilla"],
+        "valid": mean_of([r.percent_valid for r in cf]),
+        "implaus_first": cf[0].implaus if cf else None,
+        "implaus_last": cf[-1].implaus if cf else None,
+        "implaus_min": min((r.implaus for r in cf), default=None),
+        "search_epochs": len(cf),
+    }
+
+
+def seed_page_markdown(s: dict[str, Any], reference: dict[str, Any] | None = None) -> str:
+    """What the run shows, from ``seed_page_summary``; ``reference`` (the same summary of
+    another profile's first runs) adds its cost ratio for comparison."""
+    threads = f", {s['threads']} threads" if s["threads"] else ""
+    out = [
+        f"**Run:** one seed per objective on {s['device']}{threads}, {s['nepochs']} epochs, the "
+        f"first {s['burnin_epochs']} without counterfactuals; invalid counterfactuals count "
+        f'{"as found" if s["mature"] == "raw" else "as their neighbour"} (mature="{s["mature"]}").'
+    ]
+    if s["time_full"] and s["time_vanilla"]:
+        ratio = s["time_full"] / s["time_vanilla"]
+        text = (
+            f"**Cost:** after burn-in an epoch took {s['time_full']:.1f} s with the full "
+            f"objective against {s['time_vanilla']:.1f} s for the vanilla one ({ratio:.1f} times "
+            "as long)."
+        )
+        if reference and reference["time_full"] and reference["time_vanilla"]:
+            ref = reference["time_full"] / reference["time_vanilla"]
+            text += (
+                f" The calibrated `cpu` profile's first seed, on {reference['device']}: "
+                f"{reference['time_full']:.1f} s against {reference['time_vanilla']:.1f} s "
+                f"({ref:.1f} times)."
+            )
+        out.append(text)
+    if None not in (s["acc_full"], s["acc_vanilla"]):
+        out.append(
+            f"**Accuracy** at the last measured epoch: training {s['acc_full']:.3f} (full) and "
+            f"{s['acc_vanilla']:.3f} (vanilla); held-out {s['acc_val_full']:.3f} and "
+            f"{s['acc_val_vanilla']:.3f}. One seed each: this run alone cannot tell a difference "
+            "due to the objective from one due to the seed (the `cpu` profile's three seeds "
+            "measure that spread)."
+        )
+    if s["valid"] is not None and s["implaus_first"] is not None:
+        first, last = s["implaus_first"], s["implaus_last"]
+        moved = "fell" if last < first else "rose" if last > first else "stayed"
+        text = (
+            f"**Search and implausibility:** after burn-in {100 * s['valid']:.0f} % of the "
+            f"training-time counterfactuals reached their target. CT's implausibility {moved} "
+            f"from {first:.2f} to {last:.2f} logits over {s['search_epochs']} search epochs "
+            f"(lowest {s['implaus_min']:.2f})."
+        )
+        if s["mature"] == "raw" and s["valid"] < 0.5:
+            text += (
+                " Under the raw semantics that average includes every counterfactual that never "
+                "reached its target, most of them here: it is the term the loss minimises, not a "
+                "measure of plausible explanations, which need valid counterfactuals first."
+            )
+        out.append(text)
+    return "\n\n".join(out)
+
+
+def seed_page_figure(full: TrainingLog, vanilla: TrainingLog) -> go.Figure:
+    """The Julia page's three panels, stacked so each keeps the page column's width."""
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=(
+            "Time per epoch (s), dotted: post-burn-in average",
+            "Training accuracy",
+            "Implausibility of the full objective (energy differential, logits)",
+        ),
+        vertical_spacing=0.09,
+    )
+    for key, log in (("full", full), ("vanilla", vanilla)):
+        colour = COLOURS[key]
+        fig.add_scatter(
+            x=log.column("epoch"),
+            y=log.column("time_taken"),
+            name=NAMES[key],
+            legendgroup=key,
+            mode="lines+markers",
+            line={"color": colour, "width": 2},
+            marker={"size": 4},
+            row=1,
+            col=1,
+        )
+        mean = post_burnin_seconds(log)
+        if mean is not None:
+            fig.add_hline(
+                y=mean,
+                line={"dash": "dot", "color": colour, "width": 2},
+                annotation_text=f"{mean:.1f} s",
+                annotation_position="top left",
+                annotation_font_color=colour,
+                row=1,
+                col=1,
+            )
+        acc = [(r.epoch, r.acc) for r in log if r.acc is not None]
+        fig.add_scatter(
+            x=[e for e, _ in acc],
+            y=[a for _, a in acc],
+            name=NAMES[key],
+            legendgroup=key,
+            showlegend=False,
+            mode="lines+markers",
+            line={"color": colour, "width": 2},
+            marker={"size": 5},
+            row=2,
+            col=1,
+        )
+    cf = [r for r in full if r.implaus is not None]
+    fig.add_scatter(
+        x=[r.epoch for r in cf],
+        y=[r.implaus for r in cf],
+        name="Implausibility",
+        legendgroup="full",
+        showlegend=False,
+        mode="lines+markers",
+        line={"color": COLOURS["full"], "width": 2},
+        marker={"size": 4},
+        row=3,
+        col=1,
+    )
+    for row in (1, 2, 3):
+        fig.add_vline(
+            x=_burnin(full),
+            line={"dash": "dash", "color": BURNIN_COLOUR, "width": 1},
+            row=row,
+            col=1,
+        )
+    fig.update_xaxes(title_text="epoch (dashed: burn-in ends)", row=3, col=1)
+    fig.update_yaxes(title_text="seconds", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="share", row=2, col=1)
+    fig.update_yaxes(title_text="logits", row=3, col=1)
+    fig.update_layout(
+        template=TEMPLATE,
+        height=760,
+        legend={"orientation": "h", "y": -0.08},
+        margin={"l": 60, "r": 20, "t": 40, "b": 40},
+    )
+    return fig
