@@ -32,10 +32,13 @@ def _in_library(module: str) -> bool:
 
 
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn`` at the first frame outside the library: a fixed ``stacklevel`` names a
-    line inside cfbook whenever another path leads to the warning (and Python 3.11 gives each
-    comprehension a frame of its own)."""
-    frame, level = inspect.currentframe().f_back, 2
-    while frame is not None and _in_library(frame.f_globals.get("__name__", "")):
+    """``warnings.warn`` at the line that called the outermost library frame: a fixed
+    ``stacklevel`` names a line inside cfbook whenever another path leads to the warning (and
+    Python 3.11 gives each comprehension a frame of its own), and a wrapper between two library
+    frames (a decorator, a mutation tester's trampoline) does not end the library's part."""
+    frame, level, outer = inspect.currentframe().f_back, 2, 2
+    while frame is not None:
+        if _in_library(frame.f_globals.get("__name__", "")):
+            outer = level + 1
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(message, category, stacklevel=outer)

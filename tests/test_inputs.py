@@ -366,3 +366,35 @@ def test_the_test_set_is_named_in_every_message_of_paper_evaluate():
         _evaluate(x, y.tolist())
     with pytest.raises(ValueError, match=r"^y_test must hold one class index per row of x_test"):
         _evaluate(x, y[:5])
+
+
+def _module(name: str, source: str, **names: object) -> dict[str, object]:
+    """Functions defined as if in module ``name`` (the frames ``warn`` walks see that name)."""
+    scope: dict[str, object] = {"__name__": name, **names}
+    exec(compile(source, f"<{name}>", "exec"), scope)
+    return scope
+
+
+def test_a_library_warning_names_the_users_line_past_a_wrapper_between_library_frames():
+    from cfbook.errors import warn
+
+    inner = _module("cfbook.search.fake", "def inner():\n    warn('deep')\n", warn=warn)["inner"]
+    wrapper = _module("some.decorator", "def wrapper(f):\n    return f()\n")["wrapper"]
+    outer = _module(
+        "cfbook.training.fake",
+        "def outer():\n    return wrapper(inner)\n",
+        wrapper=wrapper,
+        inner=inner,
+    )["outer"]
+    book = _module("cfbook.book.fake", "def chapter():\n    outer()\n", outer=outer)["chapter"]
+    with pytest.warns(UserWarning, match="deep") as caught:
+        outer()  # the user's line
+    assert (caught[0].filename, caught[0].lineno) == (__file__, _line_of("outer()  # the user's"))
+    with pytest.warns(UserWarning, match="deep") as caught:
+        book()  # the book is an application: its line is named, not the test's
+    assert caught[0].filename == "<cfbook.book.fake>"
+
+
+def _line_of(text: str) -> int:
+    with open(__file__, encoding="utf-8") as f:
+        return next(i for i, line in enumerate(f, 1) if text in line)

@@ -563,3 +563,32 @@ def test_a_knob_study_of_another_paper_setup_says_so():
     assert knobs_setup_text(old).startswith("**This knob study predates")
     assert "taken as 0.25" in knobs_setup_text(old)
     assert knobs_setup_text({"knobs": {"step_size": [0.05, 0.1, 0.25, 1.0]}}) == ""
+
+
+def test_a_variant_retrains_exactly_when_it_changes_training():
+    from cfbook.paper.settings import VARIANTS
+
+    # Data, step and batch order change training; the test-time groups and their gradient
+    # change only the evaluation, which then searches the paper setup's own models.
+    assert {name: v.retrains for name, v in VARIANTS.items()} == {
+        "sklearn_data": True,
+        "step_0.25": True,
+        "shuffled": True,
+        "no_decoding": False,
+        "own_groups": False,
+        "straight_through": False,
+    }
+
+
+def test_the_variants_are_read_from_their_own_folders_and_unrun_ones_are_absent(tmp_path):
+    from cfbook.paper.merge import read_variants
+
+    variants = tmp_path / "reproduction" / "variants"
+    (variants / "no_decoding").mkdir(parents=True)
+    (variants / "no_decoding" / "results.json").write_text('{"data": {"adult": 1}}')
+    (variants / "shuffled" / "cells").mkdir(parents=True)  # started, never merged
+    (tmp_path / "reproduction" / "results.json").write_text('{"data": {}}')  # the paper setup's
+    assert read_variants(tmp_path) == {"no_decoding": {"data": {"adult": 1}}}
+    (variants / "shuffled" / "results.json").write_text("{broken")
+    with pytest.raises(ValueError, match="variants/shuffled/results.json is not valid JSON"):
+        read_variants(tmp_path)
