@@ -17,6 +17,7 @@ from benchmarks import (
     grid,
     memory,
     overhead,
+    peers,
     precision,
     scaling,
     speedup,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "fused": (fused.TITLE, fused.run),
     "grid": (grid.TITLE, grid.run),
     "calibration": (calibration.TITLE, calibration.run),
+    "peers": (peers.TITLE, peers.run),
 }
 
 

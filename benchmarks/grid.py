@@ -7,8 +7,8 @@
   compiled step against the eager one.
 
 The grid's total and per-data-set times come from the result files of the last
-``python -m cfbook.commands.paper`` run (``data/reproduction/results.json``): a whole-process measurement
-that cannot run side by side with anything.
+``python -m cfbook.commands.paper`` run (``data/reproduction/results.json``): a whole-process
+measurement that cannot run side by side with anything.
 """
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ def test_environment_yml_and_pyproject_name_the_same_dependencies() -> None:
     conda -= _CONDA_ONLY
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     specs = [*project["dependencies"]]
-    for extra in project.get("optional-dependencies", {}).values():
+    for name, extra in project.get("optional-dependencies", {}).items():
+        if name == "peers":  # benchmark 12's peer library, not part of the book's environment
+            continue
         specs += [s for s in extra if not s.startswith("cfbook[")]  # extras naming extras
     pip = {_name(s) for s in specs}
     assert conda == pip, f"only in environment.yml: {conda - pip}; only in pyproject: {pip - conda}"

@@ -1,0 +1,152 @@
+"""Benchmark 12 (CPU): cfbook's search against ReLax's ``VanillaCF``, the JAX library of batched
+counterfactual search, on the same problem, measured side by side in one run.
+
+The parent writes one problem (a partially trained 784-32-10 MLP's weights, MNIST digits and
+target classes) and starts every measurement in a process of its own (``benchmarks.peer_side``),
+so torch's and XLA's thread pools never meet and a first call is first in its process. Both
+sides take a fixed number of steps on every row and clip to the domain every step. The
+algorithms differ (ReLax: RMSprop on a KL loss plus a squared distance; cfbook: plain descent
+on cross-entropy, the energy penalty and an L1 distance, with convergence bookkeeping), so this
+compares the cost of a step of each library's own search, not the counterfactuals found.
+
+Needs the ``peers`` extra (``pip install -e '.[peers]'``: jax, jax-relax and the two packages it
+imports without declaring them, nbdev and fastcore); skipped with a line saying so without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.common import Context, Skipped, Table, fmt_ratio, fmt_seconds
+from benchmarks.fixtures import SEED, trained_model
+from cfbook.data import load_mnist
+from cfbook.evaluation.metrics import predict
+
+TITLE = "12. Against ReLax: the same search problem, side by side"
+PEERS = ("jax", "relax", "nbdev", "fastcore")
+SIZES = {False: ((100, 1000, 10000), (30, 100)), True: ((100, 1000), (10,))}  # by ctx.quick
+
+
+def missing_peers() -> list[str]:
+    """The modules of the ``peers`` extra that this environment lacks."""
+    return [name for name in PEERS if importlib.util.find_spec(name) is None]
+
+
+def write_problem(ctx: Context, n: int, path: Path) -> None:
+    """The MLP's weights (the benchmarks' partially trained one), ``n`` digits and targets drawn
+    among the classes the model does not predict, as ``benchmarks.fixtures.factuals`` draws
+    them."""
+    model = trained_model(ctx, "mlp", torch.device("cpu"))
+    data = load_mnist(n, device="cpu", verbose=False)
+    generator = torch.Generator().manual_seed(SEED)
+    shift = torch.randint(1, 10, (n,), generator=generator)
+    target = (predict(model, data.x[:n]) + shift) % 10
+    weights = {k: v.numpy() for k, v in model.state_dict().items()}
+    np.savez(
+        path,
+        w1=weights["0.weight"],
+        b1=weights["0.bias"],
+        w2=weights["2.weight"],
+        b2=weights["2.bias"],
+        x=data.x[:n].numpy(),
+        target=target.numpy(),
+    )
+
+
+def measure(ctx: Context, side: str, problem: Path, n: int, steps: int, **options: str) -> dict:
+    """One measurement in a fresh process: its first call and the median of the later ones."""
+    command = [sys.executable, "-m", "benchmarks.peer_side", side, str(problem)]
+    command += ["--n", str(n), "--steps", str(steps)]
+    command += ["--repeats", str(ctx.sizes.max_repeats), "--budget", str(ctx.sizes.budget_s)]
+    command += ["--threads", str(torch.get_num_threads())]
+    env = dict(os.environ)
+    for key, value in options.items():
+        if key == "cache":  # inductor's on-disk cache: a fresh folder makes a cold compile
+            env["TORCHINDUCTOR_CACHE_DIR"] = value
+        else:
+            command += [f"--{key}", value]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{side} side failed (n={n}, steps={steps}):\n{done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["median"] = float(np.median(result["times"]))
+    ctx.log(
+        f"peers {side} {options or ''} n={n} steps={steps}: first {result['first']:.3f} s, "
+        f"then {result['median']:.4f} s (median of {len(result['times'])})"
+    )
+    return result
+
+
+def run(ctx: Context) -> list[Table]:
+    if ctx.device.type != "cpu":
+        raise Skipped("CPU only (ReLax's side runs jax on the CPU here)")
+    missing = missing_peers()
+    if missing:
+        raise Skipped(
+            f"needs the peers extra: pip install -e '.[peers]' ({', '.join(missing)} missing)"
+        )
+    rows, step_counts = SIZES[ctx.quick]
+    speed = Table(
+        "Milliseconds per search, later calls (median); ratio: cfbook / ReLax",
+        ["N, steps", "ReLax jit(vmap)", "cfbook default", "ratio", "cfbook compile=True", "ratio"],
+    )
+    first = Table(
+        "The first call in a process (tracing and compiling included)",
+        [
+            "N, steps",
+            "ReLax",
+            "cfbook default",
+            "cfbook compile=True, cold cache",
+            "warm cache",
+            "default's steps per row",
+        ],
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        problem = Path(tmp) / "problem.npz"
+        write_problem(ctx, max(rows), problem)
+        for steps in step_counts:
+            for n in rows:
+                cache = str(Path(tmp) / f"inductor-{n}-{steps}")
+                relax = measure(ctx, "relax", problem, n, steps)
+                default = measure(ctx, "cfbook", problem, n, steps, compile="auto")
+                cold = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
+                warm = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
+                speed.add(
+                    f"{n:,}, {steps}",
+                    fmt_seconds(relax["median"]),
+                    fmt_seconds(default["median"]),
+                    fmt_ratio(default["median"] / relax["median"]),
+                    fmt_seconds(warm["median"]),
+                    fmt_ratio(warm["median"] / relax["median"]),
+                )
+                first.add(
+                    f"{n:,}, {steps}",
+                    fmt_seconds(relax["first"]),
+                    fmt_seconds(default["first"]),
+                    fmt_seconds(cold["first"]),
+                    fmt_seconds(warm["first"]),
+                    f"{default['mean_steps']:.1f}",
+                )
+    speed.notes.append(
+        "Same MLP weights (784-32-10), digits and targets on both sides; each side in its own "
+        "process with the same thread count; every row takes the given number of steps (cfbook "
+        "at tau = 1.0, so no row stops early: the last column of the next table checks it) and "
+        "both clip to [-1, 1] every step. ReLax 0.2.9's VanillaCF runs under jax.jit(vmap), "
+        "its progress bar included, as the library ships it. cfbook default: "
+        "NativeGenerator(maxiter=steps, tau=1.0), compile='auto', which decides from the call's "
+        "own rows x steps."
+    )
+    first.notes.append(
+        "Cold cache: inductor's on-disk cache in a fresh folder; warm: a second process on that "
+        "folder. The default's first call compiles only where compile='auto' decides to."
+    )
+    return [speed, first]
