@@ -448,10 +448,16 @@ def test_the_knob_text_reads_the_ends_of_each_line():
         "test accuracy 0.99 → 0.97."
     )
     fig = knobs_figure(knobs)
-    assert len(fig.data) == 3 and list(fig.data[1].y) == [pytest.approx(2.1), pytest.approx(1.1)]
-    # Settings as evenly spaced categories (λ_adv starts at 0); IP on a log axis, titled.
+    # IP as the change from the first setting: 2.1 -> 1.1 is -47.6 %, its seeds 1.0 and 1.2 the
+    # bar's ends; a linear axis, on which Moons' and MNIST's changes are both visible.
+    ip = fig.data[1]
+    assert len(fig.data) == 3 and list(ip.y) == [0, pytest.approx(100 * (1.1 / 2.1 - 1))]
+    assert list(ip.error_y.arrayminus) == [pytest.approx(100 * 0.1 / 2.1)] * 2
+    assert fig.layout.yaxis2.type != "log" and "%" in fig.layout.yaxis2.title.text
+    # Settings as evenly spaced categories (λ_adv starts at 0); shares end at 1, below the
+    # lowest seed.
     assert fig.layout.xaxis.type == "category" and list(fig.data[0].x) == ["0.1", "2"]
-    assert fig.layout.yaxis2.type == "log" and "L1" in fig.layout.yaxis2.title.text
+    assert list(fig.layout.yaxis.range) == [pytest.approx(0.48), 1.01]
 
 
 def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):

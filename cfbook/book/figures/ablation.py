@@ -241,15 +241,30 @@ KNOB_LABELS = {
 KNOB_MEASURES = {"validity": "validity", "ip": "IP (L1)", "accuracy": "test accuracy"}
 _KNOB_AXES = {
     "validity": "validity (share)",
-    "ip": "IP: L1 to target class (log)",
+    "ip": "IP change (%)",
     "accuracy": "test accuracy (share)",
 }
 DATA_COLOURS = {"moons": "#2ca02c", "mnist": "#1f6fb4"}
 
 
+def _knob_series(points: list[dict[str, Any]], measure: str) -> tuple[list, list, list]:
+    """Mean over the seeds at each setting and the distances to the lowest and highest seed;
+    IP as the percentage change from the mean at the knob's first setting (an L1 distance over 2
+    features on Moons and 784 pixels on MNIST: only relative changes share an axis)."""
+    seeds = [[v for v in r[measure] if v is not None] for r in points]
+    if measure == "ip" and seeds[0]:
+        base = sum(seeds[0]) / len(seeds[0])
+        seeds = [[100 * (v / base - 1) for v in s] for s in seeds]
+    mean = [sum(s) / len(s) if s else None for s in seeds]
+    up = [max(s) - m if s else 0 for s, m in zip(seeds, mean, strict=True)]
+    down = [m - min(s) if s else 0 for s, m in zip(seeds, mean, strict=True)]
+    return mean, up, down
+
+
 def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
     """Validity, IP and accuracy (rows) against each knob (columns), one line per data set: the
-    mean over seeds, with the range between them as error bars."""
+    mean over seeds, with the range between them as error bars. Each row has one y range that
+    holds every line and bar, so the columns compare at a glance; shares never run past 1."""
     names = list(knobs["knobs"])
     fig = make_subplots(
         rows=len(KNOB_MEASURES),
@@ -257,14 +272,19 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
         shared_xaxes=False,
         column_titles=[KNOB_LABELS[k] for k in names],
         horizontal_spacing=0.06,
-        vertical_spacing=0.06,
+        vertical_spacing=0.08,
     )
+    extent = {m: [1.0, 1.0] if m != "ip" else [0.0, 0.0] for m in KNOB_MEASURES}
     for key, table in knobs["data"].items():
         for col, knob in enumerate(names, start=1):
             points = sorted(table[knob], key=lambda r: r["value"])
             for row, measure in enumerate(KNOB_MEASURES, start=1):
-                seeds = [[v for v in r[measure] if v is not None] for r in points]
-                mean = [sum(s) / len(s) if s else None for s in seeds]
+                mean, up, down = _knob_series(points, measure)
+                pairs = [
+                    (m - d, m + u) for m, u, d in zip(mean, up, down, strict=True) if m is not None
+                ]
+                extent[measure][0] = min([extent[measure][0], *(lo for lo, _ in pairs)])
+                extent[measure][1] = max([extent[measure][1], *(hi for _, hi in pairs)])
                 fig.add_scatter(
                     x=[f"{r['value']:g}" for r in points],
                     y=mean,
@@ -273,14 +293,7 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
                     legendgroup=key,
                     showlegend=row == col == 1,
                     line={"color": DATA_COLOURS.get(key)},
-                    error_y={
-                        "type": "data",
-                        "symmetric": False,
-                        "array": [max(s) - m if s else 0 for s, m in zip(seeds, mean, strict=True)],
-                        "arrayminus": [
-                            m - min(s) if s else 0 for s, m in zip(seeds, mean, strict=True)
-                        ],
-                    },
+                    error_y={"type": "data", "symmetric": False, "array": up, "arrayminus": down},
                     row=row,
                     col=col,
                 )
@@ -290,9 +303,12 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
         fig.update_xaxes(title_text=KNOB_LABELS[knob], row=len(KNOB_MEASURES), col=col)
     for row, measure in enumerate(KNOB_MEASURES, start=1):
         fig.update_yaxes(title_text=_KNOB_AXES[measure], row=row, col=1)
-    # IP is an L1 distance over 2 features (Moons) or 784 pixels (MNIST): only a log axis shows
-    # both lines move.
-    fig.update_yaxes(type="log", row=list(KNOB_MEASURES).index("ip") + 1)
+        low, high = extent[measure]
+        if measure == "ip":  # every line and bar, with a margin
+            pad = 0.05 * (high - low or 1.0)
+            fig.update_yaxes(range=[low - pad, high + pad], row=row)
+        else:  # shares: from just below the lowest seed to 1
+            fig.update_yaxes(range=[min(low, 0.95) - 0.02, 1.01], row=row)
     fig.update_layout(template=TEMPLATE, height=680, legend={"orientation": "h", "y": -0.12})
     return fig
 

@@ -118,9 +118,9 @@ def seed_page_figure(full: TrainingLog, vanilla: TrainingLog) -> go.Figure:
         cols=1,
         shared_xaxes=True,
         subplot_titles=(
-            "Time per epoch (s), dotted: post-burn-in average",
+            "Time per epoch; dotted: mean after burn-in",
             "Training accuracy",
-            "Implausibility of the full objective (energy differential, logits)",
+            "CT's implausibility (energy differential)",
         ),
         vertical_spacing=0.09,
     )
@@ -185,6 +185,7 @@ def seed_page_figure(full: TrainingLog, vanilla: TrainingLog) -> go.Figure:
     fig.update_yaxes(title_text="seconds", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="share", row=2, col=1)
     fig.update_yaxes(title_text="logits", row=3, col=1)
+    fig.update_annotations(font_size=13)  # the titles fit a phone's column
     fig.update_layout(
         template=TEMPLATE,
         height=760,
