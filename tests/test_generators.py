@@ -1,6 +1,7 @@
 import functools
 import gc
 import math
+import os
 import warnings
 import weakref
 from dataclasses import replace
@@ -477,7 +478,8 @@ def test_a_model_that_cannot_be_compiled_falls_back_to_eager_with_a_warning():
     x, target = factuals(model)
     with pytest.warns(RuntimeWarning, match="compiled search step failed for _DataDependent") as w:
         fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
-    assert [r.filename for r in w] == [__file__]  # names the call of generate, not cfbook
+    if "MUTANT_UNDER_TEST" not in os.environ:  # under mutmut, its trampoline is the caller
+        assert [r.filename for r in w] == [__file__]  # names the call of generate, not cfbook
     slow = ReferenceGenerator(tau=0.6).generate(model, x, target, domain=(-1, 1))
     assert_same_search(fast, slow)
     with warnings.catch_warnings():
