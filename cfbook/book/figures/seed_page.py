@@ -111,6 +111,24 @@ def seed_page_markdown(s: dict[str, Any], reference: dict[str, Any] | None = Non
     return "\n\n".join(out)
 
 
+def _line(
+    fig: go.Figure, x: list, y: list, key: str, row: int, legend: bool = False, marker: int = 4
+) -> None:
+    """One objective's line in panel ``row`` (its legend entry only where ``legend``)."""
+    fig.add_scatter(
+        x=x,
+        y=y,
+        name=NAMES[key],
+        legendgroup=key,
+        showlegend=legend,
+        mode="lines+markers",
+        line={"color": COLOURS[key], "width": 2},
+        marker={"size": marker},
+        row=row,
+        col=1,
+    )
+
+
 def seed_page_figure(full: TrainingLog, vanilla: TrainingLog) -> go.Figure:
     """The Julia page's three panels, stacked so each keeps the page column's width."""
     fig = make_subplots(
@@ -125,55 +143,22 @@ def seed_page_figure(full: TrainingLog, vanilla: TrainingLog) -> go.Figure:
         vertical_spacing=0.09,
     )
     for key, log in (("full", full), ("vanilla", vanilla)):
-        colour = COLOURS[key]
-        fig.add_scatter(
-            x=log.column("epoch"),
-            y=log.column("time_taken"),
-            name=NAMES[key],
-            legendgroup=key,
-            mode="lines+markers",
-            line={"color": colour, "width": 2},
-            marker={"size": 4},
-            row=1,
-            col=1,
-        )
+        _line(fig, log.column("epoch"), log.column("time_taken"), key, 1, legend=True)
         mean = post_burnin_seconds(log)
         if mean is not None:
             fig.add_hline(
                 y=mean,
-                line={"dash": "dot", "color": colour, "width": 2},
+                line={"dash": "dot", "color": COLOURS[key], "width": 2},
                 annotation_text=f"{mean:.1f} s",
                 annotation_position="top left",
-                annotation_font_color=colour,
+                annotation_font_color=COLOURS[key],
                 row=1,
                 col=1,
             )
         acc = [(r.epoch, r.acc) for r in log if r.acc is not None]
-        fig.add_scatter(
-            x=[e for e, _ in acc],
-            y=[a for _, a in acc],
-            name=NAMES[key],
-            legendgroup=key,
-            showlegend=False,
-            mode="lines+markers",
-            line={"color": colour, "width": 2},
-            marker={"size": 5},
-            row=2,
-            col=1,
-        )
+        _line(fig, [e for e, _ in acc], [a for _, a in acc], key, 2, marker=5)
     cf = [r for r in full if r.implaus is not None]
-    fig.add_scatter(
-        x=[r.epoch for r in cf],
-        y=[r.implaus for r in cf],
-        name="Implausibility",
-        legendgroup="full",
-        showlegend=False,
-        mode="lines+markers",
-        line={"color": COLOURS["full"], "width": 2},
-        marker={"size": 4},
-        row=3,
-        col=1,
-    )
+    _line(fig, [r.epoch for r in cf], [r.implaus for r in cf], "full", 3)
     for row in (1, 2, 3):
         fig.add_vline(
             x=_burnin(full),
