@@ -225,16 +225,17 @@ def test_every_nbconvert_page_loads_draws_and_links_cleanly(
 
 
 @pytest.mark.slow
-def test_nbconvert_comparison_page_shows_the_three_panel_figure(
+def test_nbconvert_comparison_page_shows_its_two_figures(
     browser: Browser, nbconvert_base: str
 ) -> None:
     visit = open_page(browser, nbconvert_base, "book/comparison.html")
-    assert drawn_figures(visit.page) == 1
+    assert drawn_figures(visit.page) == 2  # the seeds' comparison and the seed page's run
     panels = visit.page.evaluate(
-        "() => document.querySelector('.plotly-graph-div')._fullLayout._subplots.cartesian"
+        "() => [...document.querySelectorAll('.plotly-graph-div')]"
+        ".map(d => d._fullLayout._subplots.cartesian.length)"
     )
-    assert len(panels) == 3
-    assert visit.page.locator("g.cartesianlayer > g.subplot").count() == 3
+    assert panels == [3, 3]
+    assert visit.page.locator("g.cartesianlayer > g.subplot").count() == 6
     assert visit.problems == []
     visit.page.close()
 
