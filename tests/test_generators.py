@@ -140,11 +140,16 @@ def test_no_host_sync_per_iteration(monkeypatch):
     assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
 
 
-def test_bf16_search_stays_valid():
+def test_bf16_search_stays_valid(monkeypatch):
     model = small_mlp()
     x, target = factuals(model)
     ref = NativeGenerator(tau=0.6).generate(model, x, target, domain=(-1.0, 1.0))
     res = NativeGenerator(tau=0.6, amp="bf16").generate(model, x, target, domain=(-1.0, 1.0))
+    # The compiled step runs float32 only: asked to compile, a bf16 search stays eager.
+    calls = _count_compiles(monkeypatch)
+    asked = NativeGenerator(tau=0.6, amp="bf16", compile=True)
+    assert_same_search(asked.generate(model, x, target, domain=(-1.0, 1.0)), res, atol=0)
+    assert not calls
     assert res.counterfactual.dtype == torch.float32
     assert abs(float(res.valid.float().mean()) - float(ref.valid.float().mean())) < 0.15
     # bf16 really runs: its rounding moves the iterates off the float32 search's
@@ -326,9 +331,10 @@ def test_compiled_search_agrees_with_reference_on_nan_rows_and_chunks(domain):
     assert torch.equal(fast.nascent[nan_rows].nan_to_num(), x[nan_rows].nan_to_num())
 
 
-def test_compiled_search_pads_a_single_active_row(monkeypatch):
-    """At a compaction point where one row is left, a frozen row joins it (see _at_least_two);
-    the result must not show it."""
+@pytest.mark.parametrize("n", [2, 8])
+def test_compiled_search_pads_a_single_active_row(monkeypatch, n):
+    """At a compaction point where one row is left, a frozen row joins it (see _at_least_two),
+    even when the chunk has only two; the result must not show it."""
     padded = []
 
     def spy(keep, n):
@@ -339,7 +345,7 @@ def test_compiled_search_pads_a_single_active_row(monkeypatch):
     at_least_two = generators._at_least_two
     monkeypatch.setattr(generators, "_at_least_two", spy)
     model = small_mlp()
-    x, _ = factuals(model, n=8)
+    x, _ = factuals(model, n=n)
     with torch.no_grad():
         logits = model(x)
     # With four classes the predicted one has p >= 0.25 = tau: every row but the first, whose
@@ -548,14 +554,23 @@ def test_auto_decides_a_search_from_its_own_size_and_a_run_from_its_plan(monkeyp
         return record["compiled"]
 
     assert plans(gen, x, len(x)) is True
+    _, record = gen.plan(model, x, len(x))  # what a checkpoint keeps, read back on resume
+    assert record == {"compile": "auto", "compiled": True, "planned_steps": len(x) * gen.maxiter}
     assert plans(gen, x, len(x) - 1) is False
     assert plans(gen, x[:1], 10**9) is False  # one-row chunks never compile
     assert plans(replace(gen, cf_batchsize=1), x, 10**9) is False
     assert plans(NativeGenerator(compile=False), x, 10**9) is False
     assert plans(NativeGenerator(compile=True), x[:1], 0) is True  # as set
+    assert plans(replace(gen, amp="bf16"), x, 10**9) is False  # autocast searches eagerly
+    # The chunk is the rows (48 x 12 here), not as many rows as there are features.
+    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", x.numel())
+    assert plans(gen, x, len(x)) is True
+    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 0)
     # A resumed run keeps the interrupted run's decision under "auto", only under "auto".
     saved = {"compile": "auto", "compiled": False, "planned_steps": 7}
     assert gen.plan(model, x, len(x), saved) == (replace(gen, compile=False), saved)
+    saved = {"compile": "auto", "compiled": True, "planned_steps": 7}
+    assert gen.plan(model, x, 1, saved) == (replace(gen, compile=True), saved)
     assert plans(NativeGenerator(compile=True), x, len(x), saved) is True
     calls.clear()  # a settled generator searches as settled, whatever its size
     assert_same_search(replace(gen, compile=False).generate(model, x, target), first, atol=0)
@@ -727,11 +742,28 @@ def test_a_point_on_the_epsilon_ball_is_within_it():
         model.bias.zero_()
     x = torch.zeros(3, 2)
     target = torch.zeros(3, dtype=torch.long)
-    for compile_ in (False, True):
-        gen = NativeGenerator(maxiter=8, step_size=0.2, tau=0.99, epsilon=0.25, compile=compile_)
+    settings = {"maxiter": 8, "step_size": 0.2, "tau": 0.99, "epsilon": 0.25}
+    for gen in (
+        NativeGenerator(**settings, compile=False),
+        NativeGenerator(**settings, compile=True),
+        ReferenceGenerator(**settings),
+    ):
         res = gen.generate(model, x, target, domain=(-0.25, 0.25))
         corner = torch.tensor([[0.25, -0.25]] * 3)
         assert torch.equal(res.counterfactual, corner) and torch.equal(res.nascent, corner)
+
+
+@pytest.mark.parametrize("generator", [ReferenceGenerator, NativeGenerator])
+def test_the_first_nascent_point_is_the_decoded_factual_only_within_epsilon(generator):
+    """With one-hot groups the model first sees the decoded factual; it is the first nascent
+    point when it lies within epsilon of the factual (here exactly at it), else the factual is."""
+    model = nn.Linear(3, 2)
+    x = torch.tensor([[0.75, 0.25, 0.0], [0.6, 0.4, 0.0]])
+    res = generator(maxiter=0, epsilon=0.25).generate(
+        model, x, torch.tensor([1, 1]), categorical=[[0, 1]]
+    )
+    assert torch.equal(res.nascent[0], torch.tensor([1.0, 0.0, 0.0]))  # 0.25 from x: within
+    assert torch.equal(res.nascent[1], x[1])  # 0.4 from its decoding: the factual itself
 
 
 def test_the_fused_step_scalars_are_float32_whatever_the_default_dtype():

@@ -287,7 +287,7 @@ class NativeGenerator(SearchParameters):
         target: Tensor,
         c: Constraints,
         compiled: bool,
-        record: bool = False,
+        record: bool,
     ) -> CounterfactualResult:
         step = None
         if use_fused(compiled, model, x0, self.amp):
