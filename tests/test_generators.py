@@ -196,12 +196,14 @@ def test_bad_inputs_are_named():
         ReferenceGenerator(maxiter=-1)
 
 
-def test_compiled_update_matches_eager():
+@pytest.mark.parametrize("lambda_cost", [0.1, 1.0])  # 1.0: the cost term is not skipped
+def test_compiled_update_matches_eager(lambda_cost):
     model = small_mlp()
     x, target = factuals(model)
     kwargs = {"domain": (-1.0, 1.0), "mutability": MUTABILITY}
-    eager = NativeGenerator(tau=0.6).generate(model, x, target, **kwargs)
-    fused = NativeGenerator(tau=0.6, compile=True).generate(model, x, target, **kwargs)
+    settings = {"tau": 0.6, "lambda_cost": lambda_cost}
+    eager = NativeGenerator(**settings).generate(model, x, target, **kwargs)
+    fused = NativeGenerator(**settings, compile=True).generate(model, x, target, **kwargs)
     torch.testing.assert_close(fused.counterfactual, eager.counterfactual, atol=1e-6, rtol=0)
     assert torch.equal(fused.valid, eager.valid)
     assert torch.equal(fused.iterations, eager.iterations)
