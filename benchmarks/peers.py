@@ -138,7 +138,9 @@ def run(ctx: Context) -> list[Table]:
                 )
     speed.notes.append(
         "Same MLP weights (784-32-10), digits and targets on both sides; each side in its own "
-        "process with the same thread count; every row takes the given number of steps (cfbook "
+        "process, torch with the run's thread count and XLA with its default pool over every "
+        "core (the same two threads on a 2-core machine); every row takes the given number of "
+        "steps (cfbook "
         "at tau = 1.0, so no row stops early: the last column of the next table checks it) and "
         "both clip to [-1, 1] every step. ReLax 0.2.9's VanillaCF runs under jax.jit(vmap), "
         "its progress bar included, as the library ships it. cfbook default: "
