@@ -853,3 +853,17 @@ def test_a_failed_compile_names_its_error_and_searches_eagerly(monkeypatch, erro
         "eager step instead (NativeGenerator(compile=False) skips the attempt)"
     ]
     assert_same_search(fast, NativeGenerator(compile=False, tau=0.6).generate(model, x, target))
+
+
+def test_with_autocast_validity_is_decided_in_full_precision():
+    """p(target) is 0.7499 in float32 but 0.7506 from bf16 logits (1.098 rounds to 1.1015625):
+    a bf16 search's counterfactual is valid only if the model, as it is, says so."""
+    model = nn.Linear(1, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.0], [1.098]]))
+    x, target = torch.ones(1, 1), torch.tensor([1])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded = model(x).float().softmax(1)[0, 1]
+    assert rounded >= 0.75 > model(x).softmax(1)[0, 1]  # the case is what it says
+    res = NativeGenerator(maxiter=0, tau=0.75, amp="bf16").generate(model, x, target)
+    assert not bool(res.valid[0])
