@@ -867,3 +867,12 @@ def test_with_autocast_validity_is_decided_in_full_precision():
     assert rounded >= 0.75 > model(x).softmax(1)[0, 1]  # the case is what it says
     res = NativeGenerator(maxiter=0, tau=0.75, amp="bf16").generate(model, x, target)
     assert not bool(res.valid[0])
+
+
+@pytest.mark.parametrize("generator", [ReferenceGenerator, NativeGenerator])
+def test_tau_may_be_one_but_not_zero_and_a_wrong_gradient_mode_lists_the_right_ones(generator):
+    assert generator(tau=1.0).tau == 1.0  # a search that never stops early
+    with pytest.raises(ValueError, match=r"tau must be a number in \(0, 1\], got 0\.0"):
+        generator(tau=0.0)
+    with pytest.raises(ValueError, match="must be one of frozen, straight_through, got 'soft'"):
+        generator(categorical_gradient="soft")
