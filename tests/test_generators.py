@@ -186,7 +186,7 @@ def test_bad_inputs_are_named():
     x, target = factuals(model, n=4)
     with pytest.raises(ValueError, match="target classes"):
         NativeGenerator().generate(model, x, target + N_CLASSES)
-    with pytest.raises(ValueError, match="target must hold"):
+    with pytest.raises(ValueError, match=r"target must hold one class index per row of x: "):
         ReferenceGenerator().generate(model, x, target[:2])
     with pytest.raises(ValueError, match="shape"):
         NativeGenerator().generate(model, x[0], target)
