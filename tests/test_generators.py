@@ -185,7 +185,7 @@ def test_bad_inputs_are_named():
     model = small_mlp()
     x, target = factuals(model, n=4)
     with pytest.raises(ValueError, match="target classes"):
-        NativeGenerator().generate(model, x, target + N_CLASSES)
+        NativeGenerator().generate(model, x, torch.full_like(target, N_CLASSES))  # one past
     with pytest.raises(ValueError, match=r"target must hold one class index per row of x: "):
         ReferenceGenerator().generate(model, x, target[:2])
     with pytest.raises(ValueError, match="shape"):
@@ -876,3 +876,26 @@ def test_tau_may_be_one_but_not_zero_and_a_wrong_gradient_mode_lists_the_right_o
         generator(tau=0.0)
     with pytest.raises(ValueError, match="must be one of frozen, straight_through, got 'soft'"):
         generator(categorical_gradient="soft")
+
+
+@pytest.mark.parametrize("generator", [ReferenceGenerator, NativeGenerator])
+def test_no_rows_search_to_no_counterfactuals(generator):
+    model = small_mlp()
+    x, target = factuals(model, n=4)
+    res = generator().generate(model, x[:0], target[:0], domain=(-1.0, 1.0))
+    assert res.counterfactual.shape == (0, N_FEATURES) and res.valid.shape == (0,)
+
+
+@pytest.mark.parametrize("generator", [ReferenceGenerator, NativeGenerator])
+def test_a_float64_search_stops_at_its_float64_bounds(generator):
+    """0.1 is no float32 number: bounds kept in the search's dtype stop it at 0.1 exactly."""
+    model = nn.Linear(2, 2).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
+        model.bias.zero_()
+    x, target = torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, dtype=torch.long)
+    res = generator(maxiter=5, step_size=1.0, tau=0.99).generate(
+        model, x, target, domain=(-0.1, 0.1)
+    )
+    expected = torch.tensor([[0.1, -0.1]] * 3, dtype=torch.float64)
+    assert torch.equal(res.counterfactual, expected)

@@ -142,7 +142,7 @@ def eager_step(
             dlogits.mul_(s.grad_scale)
     (grad,) = torch.autograd.grad(logits, xw, dlogits)
     with torch.no_grad():
-        grad = grad.float()
+        grad = grad.to(ws.x.dtype)  # the search's dtype (float64 searches stay float64)
         if s.grad_scale != 1.0:
             grad.div_(s.grad_scale)
         _eager_update(ws, grad, c, s)
