@@ -70,7 +70,7 @@ def test_compare_rounds_by_hand():
     zero = compare_rounds([1.0, 2.0, 0.5], [0.0, 4.0, 1.0])
     assert zero["ratio_rounds"] == 2 and zero["reduction"] == pytest.approx(50.0)
     assert zero["rounds"] == 3 and zero["ci_high"] == pytest.approx(0.985)
-    with pytest.raises(ValueError, match="both sides"):
+    with pytest.raises(ValueError, match="^no round has a value on both sides"):
         compare_rounds([None], [1.0])
     with pytest.raises(ValueError, match="one value per round"):
         compare_rounds([1.0], [1.0, 2.0])
@@ -90,6 +90,7 @@ def test_compare_models_passes_its_level_on():
 def test_mean_and_standard_error_by_hand():
     assert mean_se([1.0, 2.0, 3.0]) == {"mean": 2.0, "se": pytest.approx(1 / math.sqrt(3)), "n": 3}
     assert mean_se([4.0, None]) == {"mean": 4.0, "se": None, "n": 1}
+    assert mean_se([1.0, 3.0]) == {"mean": 2.0, "se": 1.0, "n": 2}  # sd sqrt(2), over sqrt(2)
     assert mean_se([None]) == {"mean": None, "se": None, "n": 0}
 
 
