@@ -12,8 +12,10 @@ from cfbook.evaluation.metrics import (
     cost,
     implausibility,
     ip_star,
+    ip_stars,
     is_valid,
     mmd2,
+    mmd2_at,
     predict,
     target_probability,
 )
@@ -72,6 +74,22 @@ def test_mmd2_equals_the_brute_force_unbiased_estimate(scale):
     a, b = torch.randn(7, 3, generator=g, dtype=torch.float64), torch.randn(5, 3, generator=g)
     b = b.double() + 0.5
     assert mmd2(a, b, bandwidth=scale) == pytest.approx(brute_force_mmd2(a, b, scale), abs=1e-12)
+
+
+def test_several_length_scales_from_one_distance_matrix_equal_the_brute_force():
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(8, 3, generator=g)
+    b = b.double() + 1.0
+    scales = (0.5, 5.0, None)
+    median = brute_force_median_bandwidth(a, b)
+    expected = [brute_force_mmd2(a, b, s if s is not None else median) for s in scales]
+    assert mmd2_at(a, b, scales) == pytest.approx(expected, abs=1e-12)
+    # IP* clamps each scale on its own: below 0 at one scale, above at the other.
+    same = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    near = same[[1, 0, 3, 2]] + 0.2
+    values = mmd2_at(same, near, (0.1, 1.0))
+    assert values[0] > 0 > values[1]
+    assert ip_stars(same, near, (0.1, 1.0)) == [values[0], 0.0]
 
 
 def test_ip_star_is_mmd2_clamped_at_zero():

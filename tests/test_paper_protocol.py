@@ -67,6 +67,77 @@ def test_individuals_keep_their_classes_across_runs_and_models(toy, monkeypatch)
     assert [w["energy_weight"] for w in out["by_weight"]["ct"]] == [0.1, 5.0]
 
 
+def test_one_search_keeps_each_weights_individuals_and_searches_once_per_model(toy, monkeypatch):
+    x, y = toy
+    # The second model predicts by x2: its factuals differ from the first model's.
+    models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
+    calls = []
+    original = NativeGenerator.generate
+
+    def spy(self, model, x0, target, **kwargs):
+        calls.append((model, x0.clone(), target.clone(), kwargs["lambda_energy"], self.tau))
+        assert self.cf_batchsize == 120  # in chunks of one weight's runs
+        return original(self, model, x0, target, **kwargs)
+
+    monkeypatch.setattr(NativeGenerator, "generate", spy)
+    protocol = PaperProtocol(
+        rounds=6, individuals=20, energy_weights=(0.1, 5.0), tau=0.9, one_search=True
+    )
+    out = paper_evaluate(models, x, y, protocol)
+    assert len(calls) == 2  # one batched search per model, both energy weights in it
+    for i, (model, x0, target, weights, tau) in enumerate(calls):
+        assert x0.shape == (240, 2) and tau == 0.9
+        for w, weight in enumerate((0.1, 5.0)):
+            block = slice(120 * w, 120 * w + 120)  # one weight's six runs of 20 individuals
+            assert (weights[block] == weight).all()
+            first = target[block][:20]
+            assert 0 < int(first.sum()) < 20  # classes are mixed within a run
+            for r in range(6):
+                part = slice(120 * w + 20 * r, 120 * w + 20 * r + 20)
+                assert torch.equal(target[part], first)  # fixed across runs
+                factual = 1 - target[part]  # two classes: the factual class is the other one
+                assert (model(x0[part]).argmax(1) == factual).all()  # predicted as the factual
+        # Both models search for the same individuals.
+        assert torch.equal(target, calls[1 - i][2])
+    assert not torch.equal(calls[0][2][:120], calls[0][2][120:])  # each weight draws its own
+    for name in models:
+        for values in out["per_round"][name].values():
+            assert len(values) == 6
+        assert all(0.0 <= v <= 1.0 for v in out["per_round"][name]["validity"])
+    assert [w["energy_weight"] for w in out["by_weight"]["ct"]] == [0.1, 5.0]
+
+
+def test_one_search_of_all_weights_gives_each_weights_own_counterfactuals(toy):
+    # The batched search is the same as one search per energy weight, row for row: each row of
+    # a search with the weights interleaved ends where a search at its weight alone puts it
+    # (both unconstrained and under a domain, eager and compiled), though rows leave the batch
+    # at different steps and the rest move up.
+    x, y = toy
+    model = _by_sign(0, scale=2.0)  # rows converge after 6 to 17 steps
+    x0, target = x[:40], 1 - y[:40]
+    protocol = PaperProtocol(maxiter=30, energy_weights=(0.1, 10.0))
+    for compile in (False, True):
+        search = replace(protocol.generator(1.0), compile=compile)
+        for domain in (None, [(-2.0, 2.0)] * 2):
+            both = search.generate(
+                model,
+                x0.repeat_interleave(2, 0),
+                target.repeat_interleave(2),
+                domain=domain,
+                lambda_energy=[0.1, 10.0] * 40,
+            )
+            for w, weight in enumerate((0.1, 10.0)):
+                alone = replace(search, lambda_energy=weight).generate(
+                    model, x0, target, domain=domain
+                )
+                assert torch.equal(both.counterfactual[w::2], alone.counterfactual)
+                assert torch.equal(both.iterations[w::2], alone.iterations)
+                assert torch.equal(both.nascent[w::2], alone.nascent)
+            # The weights matter here and rows leave the batch at many steps.
+            assert not torch.equal(both.iterations[0::2], both.iterations[1::2])
+            assert both.iterations.unique().numel() > 5
+
+
 class _Step(nn.Module):
     """Class 1 where x1 > 1.5; ``overshoot`` is how far beyond the target class's x1 the stub
     search below puts its counterfactuals, per unit of energy weight."""
@@ -80,7 +151,8 @@ class _Step(nn.Module):
         return torch.cat([-z, z], 1)
 
 
-def test_a_hand_computed_evaluation(monkeypatch):
+@pytest.mark.parametrize("one_search", [False, True])
+def test_a_hand_computed_evaluation(monkeypatch, one_search):
     # Test points: class 0 at (0, 0), (0, 1); class 1 at (3, 0), (3, 1). The stub search moves
     # x1 to the target class's 3 or 0, and the baseline's a further w (the energy weight) past
     # it. CT: cost 3, and IP = mean L1 to the target class, |y - 0| + |y - 1| = 1 over two
@@ -91,13 +163,16 @@ def test_a_hand_computed_evaluation(monkeypatch):
     y = torch.tensor([0, 0, 1, 1])
 
     def stub(self, model, x0, target, **kwargs):
-        shift = 3.0 + model.overshoot * self.lambda_energy
+        weight = kwargs.get("lambda_energy", torch.tensor(self.lambda_energy))
+        shift = 3.0 + model.overshoot * weight.to(x0.dtype)
         cf = x0.clone()
         cf[:, 0] = torch.where(target == 1, shift, 3.0 - shift)
         return type("Found", (), {"counterfactual": cf})()
 
     monkeypatch.setattr(NativeGenerator, "generate", stub)
-    protocol = PaperProtocol(rounds=3, individuals=4, energy_weights=(1.0, 2.0), ip_draws=2)
+    protocol = PaperProtocol(
+        rounds=3, individuals=4, energy_weights=(1.0, 2.0), ip_draws=2, one_search=one_search
+    )
     out = paper_evaluate({"ct": _Step(0.0), "baseline": _Step(1.0)}, x, y, protocol)
     ct, baseline = out["per_round"]["ct"], out["per_round"]["baseline"]
     assert ct["validity"] == [1.0] * 3 and baseline["validity"] == [1.0] * 3

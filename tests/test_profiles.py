@@ -201,3 +201,11 @@ def test_resolve_detects_the_device_only_when_needed(monkeypatch: pytest.MonkeyP
     assert resolve_parameters("plot", None) == ("plot", get_profile("cpu"))
     monkeypatch.setenv("CFBOOK_DEVICE", "no-such-device")  # would fail if it were consulted
     assert resolve_parameters("plot", "smoke") == ("plot", get_profile("smoke"))
+
+
+def test_the_protocols_record_names_one_search_only_when_set() -> None:
+    from cfbook.evaluation.protocol import PaperProtocol
+
+    assert "one_search" not in PaperProtocol().config()
+    assert PaperProtocol(one_search=True).config()["one_search"] is True
+    assert {**PaperProtocol().config(), "one_search": False} == dataclasses.asdict(PaperProtocol())

@@ -152,7 +152,7 @@ class Profile:
         return {
             "training": self.config(),
             "evaluation": json_config(self.evaluation),
-            "paired": json.loads(json.dumps(asdict(self.paired))),
+            "paired": json.loads(json.dumps(self.paired.config())),
         }
 
 

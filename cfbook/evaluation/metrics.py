@@ -4,6 +4,8 @@ cfbook, the paper's protocol, the book's and the grid's, uses these."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -62,21 +64,37 @@ def implausibility(counterfactuals: Tensor, reference: Tensor) -> float:
 def mmd2(a: Tensor, b: Tensor, bandwidth: float | None = None) -> float:
     """Unbiased squared MMD between two samples with a Gaussian kernel of length scale
     ``bandwidth`` (None: the median heuristic). It can dip below 0 by chance."""
+    return mmd2_at(a, b, (bandwidth,))[0]
+
+
+def mmd2_at(a: Tensor, b: Tensor, bandwidths: Sequence[float | None]) -> list[float]:
+    """``mmd2`` at each of ``bandwidths`` from one distance matrix: the pairwise distances are
+    most of the work, and the protocol measures IP* at two length scales."""
     if a.shape[0] < 2 or b.shape[0] < 2:
         raise ValueError("mmd2 needs at least two samples on each side")
     both = torch.cat([a, b])
     sq = torch.cdist(both, both).square()
-    if bandwidth is None:
-        bandwidth = float(sq[sq > 0].median().sqrt()) if bool((sq > 0).any()) else 1.0
-    k = torch.exp(-sq / (2 * bandwidth**2))
     n, m = a.shape[0], b.shape[0]
-    kaa, kbb, kab = k[:n, :n], k[n:, n:], k[:n, n:]
-    term_a = (kaa.sum() - kaa.diagonal().sum()) / (n * (n - 1))
-    term_b = (kbb.sum() - kbb.diagonal().sum()) / (m * (m - 1))
-    return float(term_a + term_b - 2 * kab.mean())
+    out = []
+    for bandwidth in bandwidths:
+        if bandwidth is None:
+            bandwidth = float(sq[sq > 0].median().sqrt()) if bool((sq > 0).any()) else 1.0
+        k = torch.exp(-sq / (2 * bandwidth**2))
+        kaa, kbb, kab = k[:n, :n], k[n:, n:], k[:n, n:]
+        term_a = (kaa.sum() - kaa.diagonal().sum()) / (n * (n - 1))
+        term_b = (kbb.sum() - kbb.diagonal().sum()) / (m * (m - 1))
+        out.append(float(term_a + term_b - 2 * kab.mean()))
+    return out
 
 
 def ip_star(counterfactuals: Tensor, reference: Tensor, length_scale: float) -> float:
     """IP*: the unbiased MMD^2 between the counterfactuals and samples of their target class,
     clamped at 0 as CT.jl clamps it."""
-    return max(mmd2(counterfactuals, reference, bandwidth=length_scale), 0.0)
+    return ip_stars(counterfactuals, reference, (length_scale,))[0]
+
+
+def ip_stars(
+    counterfactuals: Tensor, reference: Tensor, length_scales: Sequence[float]
+) -> list[float]:
+    """``ip_star`` at each of ``length_scales``, from one distance matrix."""
+    return [max(v, 0.0) for v in mmd2_at(counterfactuals, reference, length_scales)]

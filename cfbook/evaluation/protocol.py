@@ -7,19 +7,22 @@ CT.jl runs one ``benchmark`` per test-time energy weight (``evaluation_1..5/eval
 each of ``n_runs`` = 100 runs of ``n_individuals`` factuals per model. Here every run of one
 energy weight is searched in a single batch per model, so a whole evaluation is
 ``2 x len(energy_weights)`` searches rather than thousands of small ones (a search's rows are
-independent, so batching them changes no result).
+independent, so batching them changes no result). ``PaperProtocol(one_search=True)`` searches
+every weight's runs in one batch per model, each row at its own weight
+(``NativeGenerator.generate(..., lambda_energy=...)``): the same counterfactuals, other random
+draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from cfbook.evaluation.metrics import cost, implausibility, ip_star, is_valid, predict
+from cfbook.evaluation.metrics import cost, implausibility, ip_stars, is_valid, predict
 from cfbook.evaluation.rounds import draw_individuals, draw_rows
 from cfbook.evaluation.statistics import mean_of
 from cfbook.inputs import (
@@ -52,7 +55,10 @@ class PaperProtocol:
     of that class (CTExperiments: ``compute_divergence(...; nsamples=ndiv=100)``), at each of
     ``length_scales``: 5.0, the code's (``globals.jl``), decides; 0.5, the text's, is reported
     as a sensitivity. ``categorical_gradient`` is how a search given one-hot groups steps
-    (``NativeGenerator``; "frozen" as CE.jl)."""
+    (``NativeGenerator``; "frozen" as CE.jl). ``one_search``: one search per model for every
+    weight's runs, each row at its weight, rather than one per weight; the counterfactuals are
+    the same, the random draws are not (every weight's are drawn before any measure), and on a
+    2-core CPU it was no faster (benchmark 10), so it is off by default."""
 
     rounds: int = 100
     individuals: int = 100
@@ -65,6 +71,7 @@ class PaperProtocol:
     length_scales: tuple[float, ...] = LENGTH_SCALES
     seed: int = 2025
     categorical_gradient: str = "frozen"
+    one_search: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rounds", "individuals", "maxiter", "ip_draws", "mmd_samples"):
@@ -76,6 +83,14 @@ class PaperProtocol:
             )
         if not self.energy_weights or not self.length_scales:
             raise ValueError("energy_weights and length_scales must not be empty")
+
+    def config(self) -> dict[str, Any]:
+        """The settings as plain values, as records and run identities keep them;
+        ``one_search`` only when it is set, so that records made before it existed match."""
+        out = asdict(self)
+        if not out["one_search"]:
+            del out["one_search"]
+        return out
 
     def generator(self, lambda_energy: float) -> NativeGenerator:
         """The test-time search at one energy weight."""
@@ -89,21 +104,41 @@ class PaperProtocol:
         )
 
 
+class _References(Mapping[int, tuple[Tensor, Tensor]]):
+    """One run's reference points per target class: the test points IP compares with (up to
+    ``ip_draws``) and IP* (up to ``mmd_samples``), the first of one random order of the class.
+    The order is drawn for every class, the points gathered only for the classes a run's valid
+    counterfactuals need (with ten classes and 25 individuals, most are not needed)."""
+
+    def __init__(self, members: dict[int, Tensor], order: dict[int, Tensor], p: PaperProtocol):
+        self._members, self._order, self._sizes = members, order, (p.ip_draws, p.mmd_samples)
+
+    def __getitem__(self, c: int) -> tuple[Tensor, Tensor]:
+        m = self._members[c]
+        pick = self._order[c].to(m.device)
+        return m[pick[: self._sizes[0]]], m[pick[: self._sizes[1]]]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
 def _references(
     x_test: Tensor, y_test: Tensor, levels: list[int], protocol: PaperProtocol, rng: torch.Generator
-) -> list[dict[int, tuple[Tensor, Tensor]]]:
-    """Per run and target class, the test points IP (up to ``ip_draws``) and IP* (up to
-    ``mmd_samples``) compare with: drawn once for all models, so that CT and the baseline meet
-    the same reference points in each run."""
+) -> list[_References]:
+    """Per run, the reference points of each target class (``_References``): drawn once for all
+    models, so that CT and the baseline meet the same reference points in each run."""
     members = {c: x_test[y_test == c] for c in levels}
-    runs = []
-    for _ in range(protocol.rounds):
-        run = {}
-        for c, m in members.items():
-            pick = torch.randperm(m.shape[0], generator=rng).to(m.device)
-            run[c] = (m[pick[: protocol.ip_draws]], m[pick[: protocol.mmd_samples]])
-        runs.append(run)
-    return runs
+    return [
+        _References(
+            members,
+            {c: torch.randperm(m.shape[0], generator=rng) for c, m in members.items()},
+            protocol,
+        )
+        for _ in range(protocol.rounds)
+    ]
 
 
 def _run_measures(
@@ -111,7 +146,7 @@ def _run_measures(
     cf: Tensor,
     valid: Tensor,
     target: Tensor,
-    references: dict[int, tuple[Tensor, Tensor]],
+    references: Mapping[int, tuple[Tensor, Tensor]],
     protocol: PaperProtocol,
     rng: torch.Generator,
 ) -> dict[str, float | None]:
@@ -133,8 +168,9 @@ def _run_measures(
         ip_count += mine.shape[0]
         if mine.shape[0] >= 2 and sample.shape[0] >= 2:
             pick = torch.randperm(mine.shape[0], generator=rng)[: protocol.mmd_samples]
-            for scale in protocol.length_scales:
-                stars[scale].append(ip_star(mine[pick.to(mine.device)], sample, scale))
+            values = ip_stars(mine[pick.to(mine.device)], sample, protocol.length_scales)
+            for scale, value in zip(protocol.length_scales, values, strict=True):
+                stars[scale].append(value)
     out["ip"] = ip_sum / ip_count if ip_count else None
     for scale, values in stars.items():
         out[ip_star_key(scale)] = sum(values) / len(values) if values else None
@@ -163,6 +199,48 @@ def _check_test_set(models: Mapping[str, nn.Module], x_test: Tensor, y_test: Ten
         check_label_range(y_test, n_classes, "y_test", named)
 
 
+def _search_group(
+    models: Mapping[str, nn.Module],
+    predicted: Mapping[str, Tensor],
+    levels: list[int],
+    x_test: Tensor,
+    y_test: Tensor,
+    group: tuple[float, ...],
+    protocol: PaperProtocol,
+    rng: torch.Generator,
+    **constraints: Any,
+) -> dict[str, tuple[Tensor, Tensor, Tensor, Tensor, list[_References]]]:
+    """The draws of each energy weight of ``group`` (individuals, each model's rows, reference
+    points), then one search per model over all of them, each row at its weight. Per model:
+    factuals, counterfactuals, validity, targets and, per weight, each run's references."""
+    n, rounds = protocol.individuals, protocol.rounds
+    people, rows, references = [], {name: [] for name in models}, []
+    for _ in group:
+        people.append(draw_individuals(predicted, levels, n, rng))
+        for name, p in predicted.items():
+            rows[name] += [draw_rows(p, people[-1].factual, rng) for _ in range(rounds)]
+        references.append(_references(x_test, y_test, levels, protocol, rng))
+    target = torch.cat([p.target.repeat(rounds) for p in people]).to(x_test.device)
+    # Only a search with one-hot groups needs the keyword: other generators keep working.
+    if not constraints["categorical"]:
+        del constraints["categorical"]
+    if len(group) == 1:
+        search, per_row = protocol.generator(group[0]), {}
+    else:
+        # Chunks of one weight's rows, as large as a search per weight: on a 2-core CPU one
+        # batch of all five weights' rows took up to twice as long eagerly (benchmark 10; with
+        # Adult's groups decoded, 25.6 s against 13.4 s), its buffers no longer in the caches.
+        search = replace(protocol.generator(group[0]), cf_batchsize=rounds * n)
+        weights = torch.tensor(group, dtype=torch.float64).repeat_interleave(rounds * n)
+        per_row = {"lambda_energy": weights}
+    found = {}
+    for name, model in models.items():
+        x0 = x_test[torch.cat(rows[name]).to(x_test.device)]
+        cf = search.generate(model, x0, target, **constraints, **per_row).counterfactual
+        found[name] = (x0, cf, is_valid(model, cf, target), target, references)
+    return found
+
+
 def paper_evaluate(
     models: Mapping[str, nn.Module],
     x_test: Tensor,
@@ -178,8 +256,9 @@ def paper_evaluate(
     For each energy weight (one CE.jl ``benchmark`` each), ``protocol.individuals`` individuals
     get a factual and a target class, once; each of ``protocol.rounds`` runs then draws, per
     model, a test point it predicts as each individual's factual class
-    (``cfbook.evaluation.rounds``). Each model's runs are searched in one batch. A run's figure
-    for a model is the mean over energy weights of its per-weight figures (CT.jl averages out
+    (``cfbook.evaluation.rounds``). Each model's runs of one weight are searched in one batch
+    (with ``protocol.one_search``, those of every weight). A run's figure for a model is the
+    mean over energy weights of its per-weight figures (CT.jl averages out
     ``lambda_energy_eval`` before it compares objectives). ``categorical`` (one-hot column
     groups) is decoded at every search step and the measures use the decoded point, as CE.jl
     does with ``features_categorical``. Returns ``{"per_round": {model:
@@ -194,38 +273,41 @@ def paper_evaluate(
     predicted = {name: predict(model, x_test) for name, model in models.items()}
     keys = ("validity", "cost", "ip", *map(ip_star_key, protocol.length_scales))
     per_weight: dict[str, dict[float, dict[str, list[float | None]]]] = {m: {} for m in models}
-    n = protocol.individuals
-    for weight in protocol.energy_weights:
-        people = draw_individuals(predicted, levels, n, rng)
-        rows = {
-            name: torch.cat([draw_rows(p, people.factual, rng) for _ in range(protocol.rounds)])
-            for name, p in predicted.items()
-        }
-        references = _references(x_test, y_test, levels, protocol, rng)
-        target = people.target.repeat(protocol.rounds).to(x_test.device)
-        for name, model in models.items():
-            x0 = x_test[rows[name].to(x_test.device)]
-            # Only a search with one-hot groups needs the keyword: other generators keep working.
-            extra = {"categorical": categorical} if categorical else {}
-            found = protocol.generator(weight).generate(
-                model, x0, target, domain=domain, mutability=mutability, **extra
-            )
-            valid = is_valid(model, found.counterfactual, target)
-            figures: dict[str, list[float | None]] = {k: [] for k in keys}
-            for r in range(protocol.rounds):
-                part = slice(r * n, (r + 1) * n)
-                got = _run_measures(
-                    x0[part],
-                    found.counterfactual[part],
-                    valid[part],
-                    target[part],
-                    references[r],
-                    protocol,
-                    rng,
-                )
-                for k in keys:
-                    figures[k].append(got[k])
-            per_weight[name][weight] = figures
+    n, rounds = protocol.individuals, protocol.rounds
+    weights = protocol.energy_weights
+    groups = [weights] if protocol.one_search else [(w,) for w in weights]
+    for group in groups:
+        found = _search_group(
+            models,
+            predicted,
+            levels,
+            x_test,
+            y_test,
+            group,
+            protocol,
+            rng,
+            domain=domain,
+            mutability=mutability,
+            categorical=categorical,
+        )
+        for w, weight in enumerate(group):
+            for name in models:
+                x0, cf, valid, target, references = found[name]
+                figures: dict[str, list[float | None]] = {k: [] for k in keys}
+                for r in range(rounds):
+                    part = slice((w * rounds + r) * n, (w * rounds + r + 1) * n)
+                    got = _run_measures(
+                        x0[part],
+                        cf[part],
+                        valid[part],
+                        target[part],
+                        references[w][r],
+                        protocol,
+                        rng,
+                    )
+                    for k in keys:
+                        figures[k].append(got[k])
+                per_weight[name][weight] = figures
     per_round = {
         name: {
             k: [
@@ -244,7 +326,7 @@ def paper_evaluate(
         for name in models
     }
     return {
-        "protocol": asdict(protocol),
+        "protocol": protocol.config(),
         "categorical": [list(g) for g in categorical] if categorical else None,
         "per_round": per_round,
         "by_weight": by_weight,

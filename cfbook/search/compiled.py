@@ -138,13 +138,15 @@ def compile_search(
     with_cost: bool,
     categorical: CategoricalCode | None,
     frozen: bool,
+    per_row_energy: bool = False,
 ) -> Step | None:
     """The compiled iteration for searches of ``model`` from rows like ``x0`` (any row count of
     at least two) under this constraint layout, compiled on first use; None, with a warning, if
     the model cannot be compiled (the caller then searches eagerly, now and from then on).
     ``categorical`` and ``frozen``: the one-hot groups and how the state passes their decoding
     (``step.fused_step``); the groups' index tensors are inputs of the graph, so searches with
-    other groups of the same sizes reuse it.
+    other groups of the same sizes reuse it. ``per_row_energy``: the step's energy weight is
+    ``(n, 1)``, one per row, rather than 0-d.
 
     The step writes into the working set's buffers in place: ``step(ws, phi, scalars)`` (see
     ``step.fused_step``). Its inputs must be contiguous, as the search's buffers are.
@@ -165,6 +167,7 @@ def compile_search(
         with_cost,
         layout,
         frozen if categorical is not None else None,
+        per_row_energy,
         torch.get_num_threads(),
         tuple((t.shape, t.stride(), t.dtype) for t in constraints),
     )
@@ -180,6 +183,7 @@ def compile_search(
                 step_bounds is not None,
                 with_cost,
                 (n_constraints, layout, frozen),
+                per_row_energy,
             )
             _compiles += 1
         except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
@@ -234,13 +238,15 @@ def _compile(
     has_step_bounds: bool,
     with_cost: bool,
     categorical: tuple[int, tuple[bool, bool, bool] | None, bool] = (0, None, True),
+    per_row_energy: bool = False,
 ) -> Callable[..., object]:
     """Trace ``fused_step`` with the model as a pure function of its parameters and buffers
     (``make_fx``, row count symbolic) and compile the graph with inductor. Called directly, the
     result skips what a ``torch.compile`` call costs on top (guards and frame handling, up to a
     few tenths of a millisecond on a 2-core CPU: a tenth of a small model's pass).
     ``categorical``: how many of ``constraints`` are bounds (the rest are the one-hot groups'
-    tensors), the groups' ``CategoricalCode.layout()`` (None: no groups) and ``frozen``."""
+    tensors), the groups' ``CategoricalCode.layout()`` (None: no groups) and ``frozen``;
+    ``per_row_energy``: the energy weight is ``(n, 1)`` rather than 0-d."""
     # Imported here: they add most of a second to importing cfbook, and only a compile needs them.
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -294,10 +300,11 @@ def _compile(
             ),
             torch.empty(n, 1, dtype=torch.long, device=device),
         ]
+        phi = torch.empty((n, 1) if per_row_energy else (), dtype=dtype, device=device)
     fixed = [fake_mode.from_tensor(t, static_shapes=True) for t in state]
     scalars = [
-        fake_mode.from_tensor(torch.empty(shape, dtype=dtype, device=device), static_shapes=True)
-        for shape in ((), (4,))
+        phi,
+        fake_mode.from_tensor(torch.empty(4, dtype=dtype, device=device), static_shapes=True),
     ]
     args = [
         *fixed,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -127,6 +127,16 @@ class SearchParameters(Generator):
         b = round(self.maxiter / 25)
         return self.lambda_energy * (b / 10) * (b + t + 1) ** -0.9
 
+    def row_energy_weights(self, lambda_energy: Tensor) -> Tensor:
+        """``energy_weight(t)`` for rows with their own ``lambda_energy`` (N,): ``(N, maxiter)``
+        float32, each entry the float32 of the float64 product that ``energy_weight`` forms, so
+        that a row searches exactly as it would in a search of its own weight."""
+        b = round(self.maxiter / 25)
+        scaled = lambda_energy.to("cpu", torch.float64) * (b / 10)
+        columns = [scaled * (b + t + 1) ** -0.9 for t in range(self.maxiter)]
+        table = torch.stack(columns, 1) if columns else scaled[:, None][:, :0]
+        return table.float()
+
 
 def count_classes(
     model: nn.Module, x: Tensor, what: str = "x", var: str = "x", model_name: str = "the model"
@@ -171,6 +181,26 @@ def prepare_search(
         domain, mutability, x.shape[1], device=device, dtype=x.dtype, categorical=categorical
     )
     return x, target, constraints
+
+
+def row_weights(lambda_energy: Tensor | Sequence[float] | None, n: int) -> Tensor | None:
+    """Per-row energy weights checked once: one finite, non-negative number per row of x."""
+    if lambda_energy is None:
+        return None
+    weights = torch.as_tensor(lambda_energy).detach().to("cpu", torch.float64)
+    if weights.shape != (n,):
+        raise ValueError(
+            f"lambda_energy must hold one energy weight per row of x ({n}), got shape "
+            f"{tuple(weights.shape)}: pass a sequence or a 1-d tensor of length {n}, or None"
+        )
+    bad = ~(weights >= 0) | weights.isinf()
+    if bad.any():
+        rows = bad.nonzero().flatten()[:5].tolist()
+        raise ValueError(
+            f"lambda_energy must be finite and non-negative, got {weights[rows].tolist()} at "
+            f"rows {rows}"
+        )
+    return weights
 
 
 @dataclass(frozen=True)
@@ -219,6 +249,7 @@ class NativeGenerator(SearchParameters):
         mutability: Mutability = None,
         categorical: Categorical = None,
         record: bool = False,
+        lambda_energy: Tensor | Sequence[float] | None = None,
     ) -> CounterfactualResult:
         """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,).
 
@@ -227,9 +258,14 @@ class NativeGenerator(SearchParameters):
         ``record=True`` keeps every iterate in ``result.path`` (for pictures of the search): the
         eager step without compaction, so every row steps ``maxiter`` times (a converged row
         stays where it stopped) and the results are those of ``compile=False``; with groups the
-        iterates after the factuals are decoded."""
+        iterates after the factuals are decoded. ``lambda_energy``: one energy weight per row
+        (N,), in place of the generator's own: the rows of several energy weights searched in
+        one batch, each as in a search of its own weight (the paper's protocol searches its
+        five test-time weights so)."""
         x, target, constraints = prepare_search(model, x, target, domain, mutability, categorical)
         check_amp(self.amp, x.device)
+        weights = row_weights(lambda_energy, x.shape[0])
+        energy = None if weights is None else self.row_energy_weights(weights).to(x.device)
         chunk = self.cf_batchsize or max(x.shape[0], 1)
         with eval_mode(model):
             compiled = not record and self._compiles(
@@ -237,7 +273,13 @@ class NativeGenerator(SearchParameters):
             )
             parts = [
                 self._search(
-                    model, x[s : s + chunk], target[s : s + chunk], constraints, compiled, record
+                    model,
+                    x[s : s + chunk],
+                    target[s : s + chunk],
+                    constraints,
+                    compiled,
+                    record,
+                    None if energy is None else energy[s : s + chunk],
                 )
                 for s in range(0, max(x.shape[0], 1), chunk)
             ]
@@ -288,6 +330,7 @@ class NativeGenerator(SearchParameters):
         c: Constraints,
         compiled: bool,
         record: bool,
+        energy: Tensor | None = None,
     ) -> CounterfactualResult:
         step = None
         if use_fused(compiled, model, x0, self.amp):
@@ -302,10 +345,11 @@ class NativeGenerator(SearchParameters):
                 self.lambda_cost != 0,
                 categorical=c.categorical,
                 frozen=self.frozen,
+                per_row_energy=energy is not None,
             )
         fused = step is not None
         # The working set holds the rows still searched (all of them until the first compaction).
-        ws = WorkingSet.start(x0, target, fused=fused)
+        ws = WorkingSet.start(x0, target, fused=fused, energy=energy)
         nascent0 = x0
         if c.categorical is not None:
             # The first point the model sees is the decoded factual; it is the first nascent
@@ -349,10 +393,12 @@ class NativeGenerator(SearchParameters):
                 if not len(ws):
                     break
             if fused:
+                phi = phis[t] if ws.energy is None else ws.energy[:, t : t + 1].contiguous()
                 with torch.no_grad():
-                    step(ws, phis[t], scalars)
+                    step(ws, phi, scalars)
             else:
-                eager_step(model, ws, self.energy_weight(t), c, settings)
+                phi = self.energy_weight(t) if ws.energy is None else ws.energy[:, t : t + 1]
+                eager_step(model, ws, phi, c, settings)
             if path is not None:
                 path.append(c.decode(ws.x).detach().clone())
         if len(ws):
@@ -416,15 +462,18 @@ class ReferenceGenerator(SearchParameters):
         domain: Domain = None,
         mutability: Mutability = None,
         categorical: Categorical = None,
+        lambda_energy: Tensor | Sequence[float] | None = None,
     ) -> CounterfactualResult:
         """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,), sample by sample
-        (``categorical``: as ``NativeGenerator.generate``)."""
+        (``categorical`` and ``lambda_energy``: as ``NativeGenerator.generate``)."""
         x, target, constraints = prepare_search(model, x, target, domain, mutability, categorical)
+        weights = row_weights(lambda_energy, x.shape[0])
         results = []
         with eval_mode(model):
             for i in range(x.shape[0]):
                 one = slice(i, i + 1)
-                results.append(self._search_one(model, x[one], target[one], constraints))
+                own = self if weights is None else replace(self, lambda_energy=float(weights[i]))
+                results.append(own._search_one(model, x[one], target[one], constraints))
         if not results:
             return CounterfactualResult(x, x, target.bool(), target)
         return CounterfactualResult(*(torch.cat(parts) for parts in zip(*results, strict=True)))

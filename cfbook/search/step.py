@@ -60,6 +60,9 @@ class WorkingSet:
     """The rows still searched, aligned: their position in the chunk and their search state.
 
     ``offset`` (x - x0) is kept only by the eager step, which reuses it between iterations.
+    ``energy`` holds each row's energy weight at every iteration when the rows have their own
+    (``NativeGenerator.generate(..., lambda_energy=...)``), so that it follows them through
+    compaction; None: one weight for all rows.
     ``within`` (rows whose point lies within epsilon of x0) only by the fused step, whose
     ``nascent`` is lazy: a row within epsilon has its point as its nascent point, so ``nascent``
     holds only the last such point of rows that have left (``nascent_points`` resolves it).
@@ -74,9 +77,12 @@ class WorkingSet:
     iterations: Tensor
     offset: Tensor | None = None
     within: Tensor | None = None
+    energy: Tensor | None = None  # per-row energy weights, (n, maxiter): see SearchParameters
 
     @classmethod
-    def start(cls, x0: Tensor, target: Tensor, *, fused: bool) -> WorkingSet:
+    def start(
+        cls, x0: Tensor, target: Tensor, *, fused: bool, energy: Tensor | None = None
+    ) -> WorkingSet:
         n = x0.shape[0]
         return cls(
             rows=torch.arange(n, device=x0.device),
@@ -90,6 +96,7 @@ class WorkingSet:
             iterations=torch.zeros(n, dtype=torch.long, device=x0.device),
             offset=None if fused else torch.zeros_like(x0),
             within=torch.ones(n, dtype=torch.bool, device=x0.device) if fused else None,
+            energy=energy,
         )
 
     def __len__(self) -> int:
@@ -128,9 +135,10 @@ def logit_gradient(logits: Tensor, probs: Tensor, target: Tensor, phi: float | T
 
 
 def eager_step(
-    model: nn.Module, ws: WorkingSet, phi: float, c: Constraints, s: StepSettings
+    model: nn.Module, ws: WorkingSet, phi: float | Tensor, c: Constraints, s: StepSettings
 ) -> None:
-    """One iteration with autograd and in-place kernels (any model, any device)."""
+    """One iteration with autograd and in-place kernels (any model, any device); ``phi`` is the
+    energy weight, one for all rows or one per row (``(n, 1)``)."""
     xw = c.decode(ws.x).detach().requires_grad_(True)  # the decoded point: ws.x without groups
     with autocast(s.amp, xw.device):
         logits = model(xw).float()
@@ -193,9 +201,10 @@ def fused_step(
     ``active`` and ``iterations`` in place (call it under ``torch.no_grad()``; float32, no
     autocast). ``nascent`` is lazy (see ``WorkingSet``).
 
-    ``phi`` (the energy weight) and ``scalars`` (``StepSettings.scalars``) are 0-d and 1-d
-    tensors; ``with_cost`` says whether lambda_cost is non-zero. ``decode`` decodes the one-hot
-    groups (None: there are none); ``frozen``: the state becomes its decoding after each step.
+    ``phi`` (the energy weight: 0-d, or ``(n, 1)`` with one per row) and ``scalars``
+    (``StepSettings.scalars``, 1-d) are tensors; ``with_cost`` says whether lambda_cost is
+    non-zero. ``decode`` decodes the one-hot groups (None: there are none); ``frozen``: the state
+    becomes its decoding after each step.
 
     Formulated for a fused kernel rather than for eager PyTorch: ``nan_to_num`` is a clamp and a
     self-comparison, mutability is a per-feature clamp of the step (``step_bounds``: 0 where a
