@@ -598,3 +598,31 @@ def test_the_variants_are_read_from_their_own_folders_and_unrun_ones_are_absent(
     (variants / "shuffled" / "results.json").write_text("{broken")
     with pytest.raises(ValueError, match="variants/shuffled/results.json is not valid JSON"):
         read_variants(tmp_path)
+
+
+def test_a_knob_point_is_evaluated_once_and_a_changed_one_refused(smoke, tmp_path, monkeypatch):
+    # The knob study's evaluation of one trained cell: written once, then read back; a file made
+    # with other settings is refused with the command that makes it again.
+    from cfbook.paper import knobs
+
+    cell = Cell(0, "lin_sep", "full", 0)
+    (tmp_path / "cells").mkdir()
+    shutil.copy(smoke / "cells" / f"{cell.name}.pt", tmp_path / "cells")
+    data = load_experiment_data("lin_sep", torch.device("cpu"))
+    first = knobs._evaluate(cell, Scale.smoke(), tmp_path, data, torch.device("cpu"))
+    assert 0.0 < first["validity"] <= 1.0 and 0.0 <= first["accuracy"] <= 1.0
+    assert first["ip"] is not None and first["ip"] > 0
+    assert first["config"]["rounds"] == knobs.ROUNDS
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("a saved knob point was evaluated again")
+
+    monkeypatch.setattr(knobs, "paper_evaluate", no_search)
+    assert knobs._evaluate(cell, Scale.smoke(), tmp_path, data, torch.device("cpu")) == first
+    path = tmp_path / "knobs" / f"{cell.name}.json"
+    path.write_text(json.dumps({**first, "config": {**first["config"], "rounds": 3}}))
+    with pytest.raises(ValueError, match="other settings"):
+        knobs._evaluate(cell, Scale.smoke(), tmp_path, data, torch.device("cpu"))
+    path.write_text("{")
+    with pytest.raises(ValueError, match="--knobs --force"):
+        knobs._evaluate(cell, Scale.smoke(), tmp_path, data, torch.device("cpu"))

@@ -68,7 +68,7 @@ def _evaluate(
 ) -> dict[str, Any]:
     config = {"cell": cell_config(cell, scale), "rounds": ROUNDS}
     path = out / "knobs" / f"{cell.name}.json"
-    saved = _reusable(path, config, False)
+    saved = _reusable(path, config, False, "--knobs")
     if saved is not None:
         return saved
     model = _model(data).to(device)
