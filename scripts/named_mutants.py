@@ -35,19 +35,19 @@ EDITS = (
     Edit(
         "each model given its own reference draws (CT and the baseline unpaired)",
         "cfbook/evaluation/protocol.py",
-        "            x0 = x_test[rows[name].to(x_test.device)]\n",
-        "            x0 = x_test[rows[name].to(x_test.device)]\n"
-        "            references = _references(x_test, y_test, levels, protocol, rng)\n",
+        "        found[name] = (x0, cf, is_valid(model, cf, target), target, references)\n",
+        "        own = [_references(x_test, y_test, levels, protocol, rng) for _ in group]\n"
+        "        found[name] = (x0, cf, is_valid(model, cf, target), target, own)\n",
         ("tests/test_paper_protocol.py",),
     ),
     Edit(
         "each model given its own individuals (CT and the baseline unpaired)",
         "cfbook/evaluation/protocol.py",
-        "            x0 = x_test[rows[name].to(x_test.device)]\n",
-        "            people = draw_individuals(predicted, levels, n, rng)\n"
-        "            target = people.target.repeat(protocol.rounds).to(x_test.device)\n"
-        "            x0 = x_test[draw_rows(predicted[name], people.factual.repeat(protocol.rounds),"
-        " rng).to(x_test.device)]\n",
+        "        x0 = x_test[torch.cat(rows[name]).to(x_test.device)]\n",
+        "        people = [draw_individuals(predicted, levels, n, rng) for _ in group]\n"
+        "        target = torch.cat([p.target.repeat(rounds) for p in people]).to(x_test.device)\n"
+        "        x0 = x_test[torch.cat([draw_rows(predicted[name], p.factual.repeat(rounds), rng)"
+        " for p in people]).to(x_test.device)]\n",
         ("tests/test_paper_protocol.py",),
     ),
     Edit(
