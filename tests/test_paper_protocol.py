@@ -33,18 +33,25 @@ def toy():
     return x, y
 
 
-def test_individuals_keep_their_classes_across_runs_and_models(toy, monkeypatch):
-    x, y = toy
-    # The second model predicts by x2: its factuals differ from the first model's.
-    models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
+def _spy_on_searches(monkeypatch, weight_of) -> list:
+    """Record each search the protocol runs: (model, x0, target, ``weight_of(self, kwargs)``,
+    tau)."""
     calls = []
     original = NativeGenerator.generate
 
     def spy(self, model, x0, target, **kwargs):
-        calls.append((model, x0.clone(), target.clone(), self.lambda_energy, self.tau))
+        calls.append((model, x0.clone(), target.clone(), weight_of(self, kwargs), self.tau))
         return original(self, model, x0, target, **kwargs)
 
     monkeypatch.setattr(NativeGenerator, "generate", spy)
+    return calls
+
+
+def test_individuals_keep_their_classes_across_runs_and_models(toy, monkeypatch):
+    x, y = toy
+    # The second model predicts by x2: its factuals differ from the first model's.
+    models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
+    calls = _spy_on_searches(monkeypatch, lambda self, kwargs: self.lambda_energy)
     protocol = PaperProtocol(rounds=6, individuals=20, energy_weights=(0.1, 5.0), tau=0.9)
     out = paper_evaluate(models, x, y, protocol)
     assert len(calls) == 2 * 2  # one batched search per model and energy weight
@@ -71,20 +78,19 @@ def test_one_search_keeps_each_weights_individuals_and_searches_once_per_model(t
     x, y = toy
     # The second model predicts by x2: its factuals differ from the first model's.
     models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
-    calls = []
-    original = NativeGenerator.generate
+    batches = []
 
-    def spy(self, model, x0, target, **kwargs):
-        calls.append((model, x0.clone(), target.clone(), kwargs["lambda_energy"], self.tau))
-        assert self.cf_batchsize == 120  # in chunks of one weight's runs
-        return original(self, model, x0, target, **kwargs)
+    def row_weights(self, kwargs):
+        batches.append(self.cf_batchsize)
+        return kwargs["lambda_energy"]
 
-    monkeypatch.setattr(NativeGenerator, "generate", spy)
+    calls = _spy_on_searches(monkeypatch, row_weights)
     protocol = PaperProtocol(
         rounds=6, individuals=20, energy_weights=(0.1, 5.0), tau=0.9, one_search=True
     )
     out = paper_evaluate(models, x, y, protocol)
     assert len(calls) == 2  # one batched search per model, both energy weights in it
+    assert batches == [120, 120]  # in chunks of one weight's runs
     for i, (model, x0, target, weights, tau) in enumerate(calls):
         assert x0.shape == (240, 2) and tau == 0.9
         for w, weight in enumerate((0.1, 5.0)):

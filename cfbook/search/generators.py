@@ -122,19 +122,24 @@ class SearchParameters(Generator):
         """Whether one-hot groups are overwritten by their decoding after each step."""
         return self.categorical_gradient == "frozen"
 
-    def energy_weight(self, t: int) -> float:
-        """``lambda_energy * phi_t``: the energy penalty decays polynomially over the iterations."""
+    def _schedule(self, t: int) -> tuple[float, float]:
+        """``phi_t = a * decay_t``, as ``(a, decay_t)``: the energy penalty decays polynomially
+        over the iterations."""
         b = round(self.maxiter / 25)
-        return self.lambda_energy * (b / 10) * (b + t + 1) ** -0.9
+        return b / 10, (b + t + 1) ** -0.9
+
+    def energy_weight(self, t: int) -> float:
+        """``lambda_energy * phi_t``."""
+        a, decay = self._schedule(t)
+        return self.lambda_energy * a * decay
 
     def row_energy_weights(self, lambda_energy: Tensor) -> Tensor:
         """``energy_weight(t)`` for rows with their own ``lambda_energy`` (N,): ``(N, maxiter)``
         float32, each entry the float32 of the float64 product that ``energy_weight`` forms, so
         that a row searches exactly as it would in a search of its own weight."""
-        b = round(self.maxiter / 25)
-        scaled = lambda_energy.to("cpu", torch.float64) * (b / 10)
-        columns = [scaled * (b + t + 1) ** -0.9 for t in range(self.maxiter)]
-        table = torch.stack(columns, 1) if columns else scaled[:, None][:, :0]
+        weights = lambda_energy.to("cpu", torch.float64)
+        columns = [weights * a * decay for a, decay in map(self._schedule, range(self.maxiter))]
+        table = torch.stack(columns, 1) if columns else weights[:, None][:, :0]
         return table.float()
 
 
