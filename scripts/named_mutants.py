@@ -36,7 +36,7 @@ EDITS = (
         "each model given its own reference draws (CT and the baseline unpaired)",
         "cfbook/evaluation/protocol.py",
         "        found[name] = (x0, cf, is_valid(model, cf, target), target, references)\n",
-        "        own = [_references(x_test, y_test, levels, protocol, rng) for _ in group]\n"
+        "        own = [_references(members, protocol, rng) for _ in group]\n"
         "        found[name] = (x0, cf, is_valid(model, cf, target), target, own)\n",
         ("tests/test_paper_protocol.py",),
     ),

@@ -167,3 +167,23 @@ def test_random_starts_are_drawn_from_the_seed_alone():
 def test_an_epsilon_is_found_to_within_a_millionth():
     out = {"epsilons": [0.0, 0.1 / 9], "fgsm": [1.0, 0.5]}
     assert accuracy_at(out, "fgsm", 0.0111111) == 0.5
+
+
+def test_at_eps_0_the_attack_is_the_clamped_input_and_the_random_stream_goes_on():
+    # eps 0 projects every step back on x: the attack is x clamped to the domain, found
+    # without a gradient, and its random starts are still drawn, so the next epsilon's starts
+    # are those of a grid whose first epsilon is tiny but not 0.
+    calls = []
+    model = identity_model()
+    model.register_forward_hook(lambda *args: calls.append(1))
+    c = make_constraints((-1.0, 0.5), None, 2, device="cpu")
+    x = torch.tensor([[0.2, 0.7], [-0.3, 0.1]])  # the first row outside the domain
+    adv = perturb(model, x, torch.tensor([0, 0]), c, 0.0, 40, 0.01, start=torch.rand(2, 2))
+    assert torch.equal(adv, torch.tensor([[0.2, 0.5], [-0.3, 0.1]])) and not calls
+    x = torch.tensor([[0.0, -0.05]]).repeat(400, 1)
+    y = torch.zeros(400, dtype=torch.long)
+    kwargs = {"domain": None, "pgd_steps": 2, "step_size": 0.01, "random_start": True}
+    zero = attack_accuracy(model, x, y, epsilons=(0.0, 0.1), **kwargs)
+    tiny = attack_accuracy(model, x, y, epsilons=(1e-9, 0.1), **kwargs)
+    assert zero["pgd"] == tiny["pgd"] and zero["fgsm"] == tiny["fgsm"]
+    assert zero["pgd"][0] == 1.0 and 0.6 < zero["pgd"][1] < 0.95

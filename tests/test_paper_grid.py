@@ -3,6 +3,7 @@ run at smoke sizes on two data sets, as CI does."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from cfbook.book.figures.reproduction import (
     findings,
     length_scale_text,
     main_table,
+    rerun_text,
     robustness_text,
     summary,
     validity_table,
@@ -170,6 +172,34 @@ def test_validity_text_counts_data_sets_within_the_tolerance_in_most_seeds():
         "paper's in at least 2 seeds on 0 of 1 data sets (not on Adult); with them, CT's and the "
         "baseline's validity are both within 0.1 of the paper's in at least 2 seeds on 1 of 1 "
         "data sets."
+    )
+
+
+def test_a_rerun_on_another_processor_names_every_number_whose_verdict_moved():
+    # The shipped results against themselves: nothing moves. Against a copy where CT's MNIST
+    # validity without constraints is 0 in every seed: that number's verdict moves (it agrees
+    # in 3 seeds as shipped), validity is close on one data set fewer, and the reductions'
+    # count stays.
+    shipped = json.loads((REPO / "data" / "reproduction" / "results.json").read_text())
+    run = {"cpu": "Some CPU", "date": "2026-12-03", "wall_seconds": 2700.0}
+    same = rerun_text(shipped, shipped, run)
+    assert "(Some CPU, 2026-12-03), took 45 minutes" in same
+    assert same.endswith(
+        "None of the 45 numbers of the main and validity tables changes its verdict."
+    )
+    other = copy.deepcopy(shipped)
+    for seed in other["data"]["mnist"]["validity"]["unconstrained"]["full"]:
+        seed["mean"] = 0.0
+    agree = summary(shipped)["agree"]
+    text = rerun_text(shipped, other, run)
+    assert (
+        f"There {agree} of the 27 published reductions agree in at least 2 seeds (here {agree})"
+        in text
+    )
+    assert "on 8 data sets without constraints (here 9)" in text
+    assert (
+        "1 of the 45 numbers of the main and validity tables change their verdict (MNIST "
+        "validity, no constraints)" in text
     )
 
 

@@ -381,3 +381,44 @@ def test_ip_star_averages_the_classes_that_have_two_points_a_side():
     expected = (ip_star(cf[:2], zeros, 1.0) + ip_star(cf[2:], ones, 1.0)) / 2
     assert min(ip_star(cf[:2], zeros, 1.0), ip_star(cf[2:], ones, 1.0)) > 0.05
     assert got["ip_star_1"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("one_search", [False, True])
+def test_whole_class_distances_give_the_gathered_points_numbers_exactly(monkeypatch, one_search):
+    # Classes of 30, 70 and 100 test points with ip_draws 60: IP of the first two is read from
+    # one distance matrix per search (their whole class; 60 of the second's 70 columns per
+    # run), of the third from gathered points. Both ways give the same numbers to the last
+    # bit, run by run.
+    assert protocol_module.WHOLE_CLASS * 60 < 100
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(200, 5, generator=g)
+    y = torch.cat([torch.zeros(30), torch.ones(70), torch.full((100,), 2)]).long()
+    x = x + 1.5 * nn.functional.one_hot(y, 5).float()
+    model = nn.Linear(5, 3)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(3, 5) + 0.3 * torch.randn(3, 5, generator=g))
+        model.bias.zero_()
+    protocol = PaperProtocol(
+        rounds=4,
+        individuals=12,
+        energy_weights=(0.5, 2.0),
+        ip_draws=60,
+        mmd_samples=5,
+        one_search=one_search,
+    )
+    held = []
+    original = protocol_module._WholeClasses.distances
+
+    def counted(self, c, rows, references):
+        out = original(self, c, rows, references)
+        held.append((c, out is not None))
+        return out
+
+    monkeypatch.setattr(protocol_module._WholeClasses, "distances", counted)
+    fast = paper_evaluate({"ct": model}, x, y, protocol)
+    assert {c for c, whole in held if whole} == {0, 1}
+    assert {c for c, whole in held if not whole} == {2}
+    monkeypatch.setattr(protocol_module._WholeClasses, "distances", lambda *args: None)
+    slow = paper_evaluate({"ct": model}, x, y, protocol)
+    assert fast == slow
+    assert len(set(fast["per_round"]["ct"]["ip"])) == 4

@@ -36,6 +36,10 @@ def perturb(
     """FGSM (``steps`` = 1, one full-size step) or PGD: sign steps of ``step_size`` (default
     2.5 eps / steps), each projected on the eps ball and the domain, from ``x`` itself or, with
     ``start`` (uniform draws in [0, 1), one per number), from a random point of the ball."""
+    if eps == 0:
+        # Every step ends on the ball's projection, which for eps 0 is x itself: no gradient
+        # needed (the paper's grid starts at eps 0).
+        return c.clamp(x).detach()
     alpha = eps if steps == 1 else 2.5 * eps / steps if step_size is None else step_size
     adv = x if start is None else c.clamp(x + (2 * start - 1) * eps)
     for _ in range(steps):
