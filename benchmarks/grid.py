@@ -51,11 +51,26 @@ TITLE = "10. Paper grid: batched evaluation, compiled tabular search, the grid's
 TARGET_MINUTES = 60.0
 
 
-def _add_timings(table: Table, timings: dict[str, Timing], reference: str) -> None:
-    """One row per case: its median time, its ratio to ``reference``'s and its repeats."""
+def _timed_table(
+    ctx: Context,
+    cases: dict[str, Case],
+    *,
+    log: str,
+    label: str,
+    title: str,
+    columns: tuple[str, str],
+    reference: str,
+) -> tuple[Table, dict[str, Timing]]:
+    """Time ``cases`` side by side and tabulate them: one row per case with its median time,
+    its ratio to ``reference``'s and its repeats (``columns``: the first and the ratio's
+    headers)."""
+    ctx.log(log)
+    timings = side_by_side(ctx, cases, label=label)
+    table = Table(title, [columns[0], "time", columns[1], "repeats"])
     for name, timing in timings.items():
         ratio = fmt_ratio(timing.median / timings[reference].median)
         table.add(name, Value(f"{timing.median:.3f} s", timing.median, "s"), ratio, timing.repeats)
+    return table, timings
 
 
 def _adult_model(ctx: Context):
@@ -100,13 +115,16 @@ def run(ctx: Context) -> list[Table]:
         "one batch": Case(partial(search.generate, model, x, target, domain=data.domain)),
         "round by round": Case(by_round),
     }
-    ctx.log(f"paper evaluation: {rounds} rounds x {per_round} factuals, batched vs by round")
-    t = side_by_side(ctx, cases, label="grid evaluation")
-    table = Table(
-        f"Adult, one test-time energy weight: {rounds} rounds x {per_round} factuals, 50 steps",
-        ["search", "time", "vs one batch", "repeats"],
+    table, _ = _timed_table(
+        ctx,
+        cases,
+        log=f"paper evaluation: {rounds} rounds x {per_round} factuals, batched vs by round",
+        label="grid evaluation",
+        title=f"Adult, one test-time energy weight: {rounds} rounds x {per_round} factuals, "
+        "50 steps",
+        columns=("search", "vs one batch"),
+        reference="one batch",
     )
-    _add_timings(table, t, "one batch")
     weights = _all_weights(ctx, data, model, x, target, search)
 
     nce = 1000 if ctx.quick else EXPERIMENTS["adult"].nce
@@ -125,13 +143,15 @@ def run(ctx: Context) -> list[Table]:
         )
         for mode in ("compiled", "eager")
     }
-    ctx.log(f"training-time search, Adult, {nce} rows: compiled vs eager")
-    s = side_by_side(ctx, cases, label="grid training search")
-    compiled = Table(
-        f"Adult training-time search: {nce} counterfactuals x 30 steps (one epoch's search)",
-        ["step", "time", "vs eager", "repeats"],
+    compiled, _ = _timed_table(
+        ctx,
+        cases,
+        log=f"training-time search, Adult, {nce} rows: compiled vs eager",
+        label="grid training search",
+        title=f"Adult training-time search: {nce} counterfactuals x 30 steps (one epoch's search)",
+        columns=("step", "vs eager"),
+        reference="eager",
     )
-    _add_timings(compiled, s, "eager")
 
     measures = _mnist_measures(ctx)
 
@@ -197,13 +217,15 @@ def _all_weights(ctx: Context, data, model, x, target, search: NativeGenerator) 
         "one search (eager)": Case(one(False)),
         "one search (eager, chunks of one weight)": Case(one(False, x.shape[0])),
     }
-    ctx.log(f"five energy weights: {len(weights)} searches of {x.shape[0]} rows vs one")
-    t = side_by_side(ctx, cases, label="energy weights in one search")
-    table = Table(
-        f"Adult, five test-time energy weights: {x.shape[0]:,} rows each, 50 steps",
-        ["search", "time", "vs one per weight", "repeats"],
+    table, _ = _timed_table(
+        ctx,
+        cases,
+        log=f"five energy weights: {len(weights)} searches of {x.shape[0]} rows vs one",
+        label="energy weights in one search",
+        title=f"Adult, five test-time energy weights: {x.shape[0]:,} rows each, 50 steps",
+        columns=("search", "vs one per weight"),
+        reference="one search per weight",
     )
-    _add_timings(table, t, "one search per weight")
     table.notes.append(
         "Adult's one-hot groups are left free here, as in the table above; the grid decodes them."
     )
@@ -249,14 +271,16 @@ def _mnist_measures(ctx: Context) -> Table:
         "whole classes": Case(partial(evaluate, protocol_module.WHOLE_CLASS)),
         "gathered per run": Case(partial(evaluate, 0.0)),
     }
-    ctx.log(f"MNIST protocol, {rounds} rounds: IP from whole classes vs gathered points")
-    t = side_by_side(ctx, cases, label="IP reference points")
-    table = Table(
-        f"MNIST, the paper's protocol at one energy weight: {rounds} rounds x 25 individuals, "
-        "two models",
-        ["IP's distances", "time", "vs gathered", "repeats"],
+    table, t = _timed_table(
+        ctx,
+        cases,
+        log=f"MNIST protocol, {rounds} rounds: IP from whole classes vs gathered points",
+        label="IP reference points",
+        title=f"MNIST, the paper's protocol at one energy weight: {rounds} rounds x 25 "
+        "individuals, two models",
+        columns=("IP's distances", "vs gathered"),
+        reference="gathered per run",
     )
-    _add_timings(table, t, "gathered per run")
     same = t["whole classes"].result == t["gathered per run"].result
     table.notes.append(
         "Search and measures together; the partially trained benchmark MLP against the same "

@@ -192,7 +192,7 @@ def _run_measures(
     cf: Tensor,
     valid: Tensor,
     target: Tensor,
-    references: Mapping[int, tuple[Tensor, Tensor]],
+    references: Mapping[int, tuple[Tensor, Tensor]] | _References,
     protocol: PaperProtocol,
     rng: torch.Generator,
     whole: _WholeClasses | None = None,
@@ -281,9 +281,9 @@ def _search_group(
     if len(group) == 1:
         search, per_row = protocol.generator(group[0]), {}
     else:
-        # Chunks of one weight's rows, as large as a search per weight: on a 2-core CPU one
-        # batch of all five weights' rows was the slower, its buffers no longer in the caches
-        # (benchmark 10, eager: 1.07x the searches per weight unchunked, 0.98x in chunks).
+        # Chunks of one weight's rows, as large as a search per weight: one batch of all five
+        # weights' rows was the slower on both 2-core CPUs measured, its buffers no longer in
+        # the caches (benchmark 10, eager, unchunked against chunked).
         search = replace(protocol.generator(group[0]), cf_batchsize=rounds * n)
         weights = torch.tensor(group, dtype=torch.float64).repeat_interleave(rounds * n)
         per_row = {"lambda_energy": weights}

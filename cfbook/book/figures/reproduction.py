@@ -257,8 +257,9 @@ def rerun_text(
         f"({run['cpu']}, {run['date']}), took {run['wall_seconds'] / 60:.0f} minutes for "
         "everything (the grid, the ablation, IG, the 2-D chapter's data and the knob study). "
         f"There {there['agree']} of the {there['total']} published reductions agree in at least "
-        f"{MAJORITY} seeds (here {here['agree']}); validity is within {tolerance:g} of the "
-        f"paper's on {close['unconstrained'][1]} data sets without constraints (here "
+        f"{MAJORITY} seeds (here {here['agree']}); CT's and the baseline's validity are both "
+        f"within {tolerance:g} of the paper's in at least {MAJORITY} seeds on "
+        f"{close['unconstrained'][1]} data sets without constraints (here "
         f"{close['unconstrained'][0]}) and on {close['protected'][1]} with them (here "
         f"{close['protected'][0]}). "
     )
