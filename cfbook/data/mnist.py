@@ -248,10 +248,15 @@ def load_mnist(
         raise ValueError(f"n={n} exceeds the {available} training samples available from {source}")
     train_idx = pool_idx[: available if n is None else n]
 
+    # x/255*2-1 maps [0, 255] to [-1, 1]. The 256 values are computed once on the CPU and looked
+    # up on the device: CUDA divides by a scalar through its reciprocal, which moved some pixels
+    # by one float step from the CPU's values (seen on an H200), so every device gets the same bits.
+    levels = torch.arange(256, dtype=torch.float32).div_(255.0).mul_(2.0).sub_(1.0).to(device)
+
     def to_device(images: torch.Tensor) -> torch.Tensor:
-        # Move uint8 (4x fewer bytes), then scale on the device: x/255*2-1 maps [0, 255] to [-1, 1].
+        # Move uint8 (4x fewer bytes than floats) and look the values up there.
         flat = images.reshape(images.shape[0], N_FEATURES).to(device)
-        return flat.float().div_(255.0).mul_(2.0).sub_(1.0)
+        return levels[flat.int()]
 
     data = MNISTData(
         x=to_device(pool_images[train_idx]),
