@@ -12,7 +12,7 @@ from conftest import scaled_mlp
 from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator
-from cfbook.search import compiled, generators
+from cfbook.search import compiled, generators, step
 from cfbook.search.generators import PAPER_SEARCH, SearchParameters
 from cfbook.search.step import StepSettings, WorkingSet, eager_step, fused_step, nascent_points
 
@@ -128,6 +128,9 @@ def test_converged_samples_stop_costing_compute():
 
 
 def test_no_host_sync_per_iteration(monkeypatch):
+    # On a CPU the eager step reads which rows leave the epsilon ball (a read that costs no
+    # device sync there); this CPU run stands in for a GPU, so it follows the GPU's rule.
+    monkeypatch.setattr(step, "SYNC_FREE_NASCENT", True)
     model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
     x, target = factuals(model)
     syncs = count_host_syncs(monkeypatch)
@@ -138,6 +141,36 @@ def test_no_host_sync_per_iteration(monkeypatch):
     # the target range check (2) and one read per compaction point, far fewer than iterations
     assert gen.compaction_points() == [1, 2, 4, 10, 20]
     assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
+
+
+def test_eager_nascent_points_are_the_same_stored_either_way(monkeypatch):
+    """On a CPU the eager step copies only the rows that leave the epsilon ball (found by a host
+    read); the sync-free way passes every row through a ``where``. Both must give the reference's
+    nascent points, bit for bit the same, with rows that leave, rows that come back and rows that
+    never leave."""
+    model = small_mlp(seed=2)
+    x, target = factuals(model, n=64)
+    params = {"tau": 0.9, "maxiter": 25, "epsilon": 0.4, "compact_every": 3}
+    search = NativeGenerator(compile=False, **params)
+    reads = count_host_syncs(monkeypatch)
+    sparse = search.generate(model, x, target, domain=(-1, 1))
+    monkeypatch.setattr(step, "SYNC_FREE_NASCENT", True)
+    before = len(reads)
+    dense = search.generate(model, x, target, domain=(-1, 1))
+    monkeypatch.undo()
+    # The sync-free way reads the active rows at compaction points only; the sparse way also
+    # reads the leaving rows at every iteration it runs.
+    points = len(search.compaction_points())
+    assert reads[before:].count("nonzero") <= points
+    assert reads[:before].count("nonzero") >= points + int(sparse.iterations.max())
+    assert torch.equal(sparse.counterfactual, dense.counterfactual)
+    assert torch.equal(sparse.nascent, dense.nascent)
+    del params["compact_every"]
+    ref = ReferenceGenerator(**params).generate(model, x, target, domain=(-1, 1))
+    assert_same_search(sparse, ref)
+    within = (sparse.counterfactual - x).abs().amax(1) <= params["epsilon"]
+    left = ~within & (sparse.nascent != x).any(1)
+    assert bool(within.any()) and bool(left.any())  # both kinds of nascent point
 
 
 def test_bf16_search_stays_valid(monkeypatch):
@@ -664,10 +697,11 @@ def test_one_fused_step_run_eagerly_is_the_eager_step(case):
     eager = WorkingSet.start(x0, target, fused=False)
     fused = WorkingSet.start(x0, target, fused=True)
     if groups:  # as NativeGenerator._search starts a search with groups
-        eager.offset = c.decode(x0) - x0
-        within0 = eager.offset.abs().amax(1) <= s.epsilon
-        eager.nascent = torch.where(within0[:, None], c.decode(x0), x0)
-        fused.within, fused.nascent = within0, x0.clone()
+        offset0 = c.decode(x0) - x0
+        within0 = offset0.abs().amax(1) <= s.epsilon
+        eager.offset_sign = offset0.sign()
+        for ws in (eager, fused):
+            ws.within, ws.nascent = within0, x0.clone()
     bounds = None if c.lower is None else (c.lower, c.upper)
     decode = None if c.categorical is None else c.decode
     for t in range(12):
@@ -698,10 +732,11 @@ def test_one_fused_step_run_eagerly_is_the_eager_step(case):
             fused.iterations, eager.iterations
         )
         lazy = nascent_points(c.decode(fused.x), fused.nascent, fused.within)
-        assert torch.allclose(lazy, eager.nascent, atol=1e-5), t
+        eager_nascent = nascent_points(c.decode(eager.x), eager.nascent, eager.within)
+        assert torch.allclose(lazy, eager_nascent, atol=1e-5), t
     # The case is not trivial: rows converge, rows leave the epsilon ball, rows still search.
     assert 0 < int(eager.active.sum()) < 32
-    assert not torch.allclose(eager.nascent, c.decode(eager.x))
+    assert not torch.allclose(eager_nascent, c.decode(eager.x))
     if domain:
         assert (eager.x.abs() == 1.0).any()
 

@@ -363,10 +363,9 @@ class NativeGenerator(SearchParameters):
             offset0 = point0 - x0
             within0 = offset0.abs().amax(1) <= self.epsilon
             nascent0 = torch.where(within0[:, None], point0, x0)
-            if fused:
-                ws.within, ws.nascent = within0, x0.clone()
-            else:
-                ws.offset, ws.nascent = offset0, nascent0.clone()
+            ws.within, ws.nascent = within0, x0.clone()  # lazy: x0 for the rows outside
+            if not fused:
+                ws.offset_sign = offset0.sign()
         x, nascent, within = ws.x, ws.nascent, ws.within
         active, iterations = ws.active, ws.iterations
         settings = self._step_settings()

@@ -32,6 +32,9 @@ from cfbook.search.constraints import Constraints
 
 # Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
 ENERGY_RIDGE = 1e-3
+# True: the eager step stores nascent points on a CPU as on a GPU, without reading a mask on the
+# host (the tests set it to hold a CPU search to the GPU's rule of no per-iteration sync).
+SYNC_FREE_NASCENT = False
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,15 @@ class StepSettings:
 class WorkingSet:
     """The rows still searched, aligned: their position in the chunk and their search state.
 
-    ``offset`` (x - x0) is kept only by the eager step, which reuses it between iterations.
+    ``offset_sign`` (the sign of point - x0, the L1 cost's gradient) is kept only by the eager
+    step, which computes it in the buffer of x - x0 and uses it at the next iteration.
     ``energy`` holds each row's energy weight at every iteration when the rows have their own
     (``NativeGenerator.generate(..., lambda_energy=...)``), so that it follows them through
     compaction; None: one weight for all rows.
-    ``within`` (rows whose point lies within epsilon of x0) only by the fused step, whose
-    ``nascent`` is lazy: a row within epsilon has its point as its nascent point, so ``nascent``
-    holds only the last such point of rows that have left (``nascent_points`` resolves it).
+    ``within`` marks the rows whose point lies within epsilon of x0. Both steps keep the nascent
+    point lazily: a row within epsilon has its point as its nascent point, so ``nascent`` holds
+    only the last such point of rows that have left (``nascent_points`` resolves it). A row's
+    nascent point is then written once per exit from the ball rather than at every iteration.
     """
 
     rows: Tensor
@@ -75,7 +80,7 @@ class WorkingSet:
     active: Tensor
     nascent: Tensor
     iterations: Tensor
-    offset: Tensor | None = None
+    offset_sign: Tensor | None = None
     within: Tensor | None = None
     energy: Tensor | None = None  # per-row energy weights, (n, maxiter): see SearchParameters
 
@@ -91,11 +96,11 @@ class WorkingSet:
             target=target[:, None],
             active=torch.ones(n, dtype=torch.bool, device=x0.device),
             # A lazy nascent point is not used while its row lies within epsilon, where every
-            # row starts: the fused step needs no copy of x0 here.
-            nascent=torch.empty_like(x0) if fused else x0.clone(),
+            # row starts: no copy of x0 is needed here.
+            nascent=torch.empty_like(x0),
             iterations=torch.zeros(n, dtype=torch.long, device=x0.device),
-            offset=None if fused else torch.zeros_like(x0),
-            within=torch.ones(n, dtype=torch.bool, device=x0.device) if fused else None,
+            offset_sign=None if fused else torch.zeros_like(x0),
+            within=torch.ones(n, dtype=torch.bool, device=x0.device),
             energy=energy,
         )
 
@@ -109,11 +114,8 @@ class WorkingSet:
         )
 
 
-def nascent_points(x: Tensor, nascent: Tensor, within: Tensor | None) -> Tensor:
-    """The nascent points, with the fused step's lazy ones resolved (``within`` None: none are
-    lazy)."""
-    if within is None:
-        return nascent
+def nascent_points(x: Tensor, nascent: Tensor, within: Tensor) -> Tensor:
+    """The nascent points, the lazy ones resolved: ``x`` for the rows still within epsilon."""
     return torch.where(within[:, None], x, nascent)
 
 
@@ -153,20 +155,24 @@ def eager_step(
         grad = grad.to(ws.x.dtype)  # the search's dtype (float64 searches stay float64)
         if s.grad_scale != 1.0:
             grad.div_(s.grad_scale)
-        _eager_update(ws, grad, c, s)
+        _eager_update(ws, grad, xw.detach(), c, s)
         ws.iterations = ws.iterations + ws.active
 
 
-def _eager_update(ws: WorkingSet, grad: Tensor, c: Constraints, s: StepSettings) -> None:
+def _eager_update(
+    ws: WorkingSet, grad: Tensor, previous: Tensor, c: Constraints, s: StepSettings
+) -> None:
     """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking
-    (``offset`` and the nascent point are those of the decoded point).
+    (the offset and the nascent point are those of the decoded point; ``previous`` is the decoded
+    point before the step, which becomes the nascent point of a row that leaves the ball).
 
-    In place where possible and without a ``where`` over the iterate (converged rows get a zero
-    step instead): eager kernels are memory-bandwidth bound, so passes over N x D count.
+    In place where possible, allocating only the gradient, and without a ``where`` over the
+    iterate (converged rows get a zero step instead): eager kernels are memory-bandwidth bound,
+    so passes over N x D count, and a fresh N x D buffer costs its pages' first touch.
     """
     grad = grad.nan_to_num_(nan=0.0)
     if s.lambda_cost:
-        grad.add_(torch.sign(ws.offset), alpha=s.lambda_cost)
+        grad.add_(ws.offset_sign, alpha=s.lambda_cost)
     row_step = ws.active.to(grad.dtype).mul_(-s.step_size)
     x = c.mask_step(grad.mul_(row_step[:, None])).add_(ws.x)
     if c.lower is not None:
@@ -174,10 +180,25 @@ def _eager_update(ws: WorkingSet, grad: Tensor, c: Constraints, s: StepSettings)
     point = c.decode(x)
     if s.frozen:
         x = point
-    ws.x, ws.offset = x, point - ws.x0
+    ws.x = x
+    offset = torch.sub(point, ws.x0, out=ws.offset_sign)
     eps = s.epsilon
-    within = (ws.offset.amax(1, keepdim=True) <= eps) & (ws.offset.amin(1, keepdim=True) >= -eps)
-    ws.nascent = torch.where(within, point, ws.nascent)
+    within = (offset.amax(1) <= eps) & (offset.amin(1) >= -eps)
+    ws.offset_sign = offset.sign_()
+    _store_leaving(ws.nascent, previous, ws.within & ~within)
+    ws.within = within
+
+
+def _store_leaving(nascent: Tensor, previous: Tensor, leaving: Tensor) -> None:
+    """Write the previous points of the rows ``leaving`` the epsilon ball into ``nascent``. On a
+    CPU, where reading the mask costs no device synchronisation, only those rows are copied
+    (few at any one iteration); elsewhere every row passes through one ``where``."""
+    if leaving.device.type == "cpu" and not SYNC_FREE_NASCENT:
+        rows = leaving.nonzero().squeeze(1)
+        if rows.numel():
+            nascent.index_copy_(0, rows, previous.index_select(0, rows))
+    else:
+        torch.where(leaving[:, None], previous, nascent, out=nascent)
 
 
 def fused_step(
