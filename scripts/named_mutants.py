@@ -71,6 +71,27 @@ EDITS = (
         "k = torch.exp(-sq / (2 * (2 * bandwidth) ** 2))",
         ("tests/test_metrics.py",),
     ),
+    Edit(
+        "the eager step's leaving rows keep the new point, not the last one within epsilon",
+        "cfbook/search/step.py",
+        "_store_leaving(ws.nascent, previous, ws.within & ~within)",
+        "_store_leaving(ws.nascent, point, ws.within & ~within)",
+        ("tests/test_generators.py",),
+    ),
+    Edit(
+        "the CPU's sparse copy writes the rows that stay instead of those that leave",
+        "cfbook/search/step.py",
+        "rows = leaving.nonzero().squeeze(1)",
+        "rows = (~leaving).nonzero().squeeze(1)",
+        ("tests/test_generators.py",),
+    ),
+    Edit(
+        "the sync-free nascent update with its two sides swapped",
+        "cfbook/search/step.py",
+        "torch.where(leaving[:, None], previous, nascent, out=nascent)",
+        "torch.where(leaving[:, None], nascent, previous, out=nascent)",
+        ("tests/test_generators.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.
