@@ -92,6 +92,13 @@ EDITS = (
         "torch.where(leaving[:, None], nascent, previous, out=nascent)",
         ("tests/test_generators.py",),
     ),
+    Edit(
+        "the sync-free nascent update computed and thrown away",
+        "cfbook/search/step.py",
+        "torch.where(leaving[:, None], previous, nascent, out=nascent)",
+        "torch.where(leaving[:, None], previous, nascent, out=None)",
+        ("tests/test_generators.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

@@ -146,28 +146,29 @@ def test_no_host_sync_per_iteration(monkeypatch):
 def test_eager_nascent_points_are_the_same_stored_either_way(monkeypatch):
     """On a CPU the eager step copies only the rows that leave the epsilon ball (found by a host
     read); the sync-free way passes every row through a ``where``. Both must give the reference's
-    nascent points, bit for bit the same, with rows that leave, rows that come back and rows that
-    never leave."""
+    nascent points, bit for bit the same, with rows that leave and rows that never leave. The
+    sync-free search runs first, so that its buffers cannot hold the other search's results."""
     model = small_mlp(seed=2)
     x, target = factuals(model, n=64)
-    params = {"tau": 0.9, "maxiter": 25, "epsilon": 0.4, "compact_every": 3}
-    search = NativeGenerator(compile=False, **params)
+    params = {"tau": 0.9, "maxiter": 25, "epsilon": 0.4}
+    search = NativeGenerator(compile=False, compact_every=3, **params)
     reads = count_host_syncs(monkeypatch)
-    sparse = search.generate(model, x, target, domain=(-1, 1))
     monkeypatch.setattr(step, "SYNC_FREE_NASCENT", True)
-    before = len(reads)
     dense = search.generate(model, x, target, domain=(-1, 1))
+    monkeypatch.setattr(step, "SYNC_FREE_NASCENT", False)
+    before = len(reads)
+    sparse = search.generate(model, x, target, domain=(-1, 1))
     monkeypatch.undo()
     # The sync-free way reads the active rows at compaction points only; the sparse way also
     # reads the leaving rows at every iteration it runs.
     points = len(search.compaction_points())
-    assert reads[before:].count("nonzero") <= points
-    assert reads[:before].count("nonzero") >= points + int(sparse.iterations.max())
+    assert reads[:before].count("nonzero") <= points
+    assert reads[before:].count("nonzero") >= points + int(sparse.iterations.max())
+    ref = ReferenceGenerator(**params).generate(model, x, target, domain=(-1, 1))
+    for found in (dense, sparse):
+        assert_same_search(found, ref)
     assert torch.equal(sparse.counterfactual, dense.counterfactual)
     assert torch.equal(sparse.nascent, dense.nascent)
-    del params["compact_every"]
-    ref = ReferenceGenerator(**params).generate(model, x, target, domain=(-1, 1))
-    assert_same_search(sparse, ref)
     within = (sparse.counterfactual - x).abs().amax(1) <= params["epsilon"]
     left = ~within & (sparse.nascent != x).any(1)
     assert bool(within.any()) and bool(left.any())  # both kinds of nascent point
