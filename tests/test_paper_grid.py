@@ -422,6 +422,15 @@ def test_the_two_dimensional_text_follows_the_paths():
     text = two_d_text(result)
     assert "baseline: 1/2 valid, mean path length 3.50, reach 1.00 (the paths wander: 4" in text
     assert "than the baseline's on 1 of 2 data sets (Moon)" in text
+    # Crossable along x2: the class changes down a column (x1 fixed) of the grid. The panels'
+    # grid changes class along x1 only (0.1 | 0.9 in each row): no column is crossable.
+    assert "LS 0% against 0%; Moon 0% against 0%" in text
+    assert "fewer columns crossable on 0 of 2 data sets (none)" in text
+    turned = {**long, "prob": [[0.1, 0.1, 0.7], [0.9, 0.9, 0.8]]}  # 2 of 3 columns change
+    result["data"][1]["panels"] = [turned, further, protected, protected]
+    text = two_d_text(result)
+    assert "Moon 67% against 0%" in text
+    assert "fewer columns crossable on 1 of 2 data sets (Moon)" in text
     result["data"][1]["panels"] = [panel, panel, protected, protected]
     fig = two_d_figure(result)
     per_set = len(fig.data) // 2

@@ -166,7 +166,31 @@ def two_d_text(result: dict[str, Any]) -> str:
         f"\nCT's free searches end further from their factuals than the baseline's on "
         f"{len(further)} of {len(result['data'])} data sets ({', '.join(further) or 'none'})."
     )
+    # The baseline (first panel) against CT trained with x1 protected (last panel).
+    shares = [
+        (d["label"], _crossable(d["panels"][0]), _crossable(d["panels"][-1]))
+        for d in result["data"]
+    ]
+    fewer = [label for label, base, prot in shares if prot < base]
+    lines.append(
+        "\nA search with x1 protected can reach the other class only where the class changes "
+        "along x2. In the drawn grid it does so in this share of the columns (x1 fixed), "
+        "baseline against CT trained with x1 protected: "
+        + "; ".join(f"{label} {base:.0%} against {prot:.0%}" for label, base, prot in shares)
+        + f". Training with x1 protected left fewer columns crossable on {len(fewer)} of "
+        f"{len(shares)} data sets ({', '.join(fewer) or 'none'}). One seed's models: the "
+        "reproduction chapter's validity table counts the protected searches of three seeds "
+        "beside the paper's."
+    )
     return "\n".join(lines)
+
+
+def _crossable(panel: dict[str, Any]) -> float:
+    """The share of the grid's columns (x1 fixed) in which the predicted class changes along x2:
+    where a search that may move only x2 can reach the other class within the drawn area."""
+    grid = [[p >= 0.5 for p in row] for row in panel["prob"]]  # rows: x2, columns: x1
+    columns = list(zip(*grid, strict=True))
+    return sum(any(c) and not all(c) for c in columns) / len(columns)
 
 
 # A path longer than this many times its reach goes back and forth rather than somewhere.
