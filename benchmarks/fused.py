@@ -16,12 +16,14 @@ of these searches take all ``maxiter`` iterations, so a search costs N x maxiter
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -242,6 +244,16 @@ def _run_child(spec: dict, cache_dir: str | None, extra: dict[str, str] | None =
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _isa_probe() -> Callable[[], object] | None:
+    """Inductor's vector-ISA probe (private: another torch may lack it; the column then reads
+    "-")."""
+    try:
+        module = importlib.import_module("torch._inductor.cpu_vec_isa")
+    except ImportError:
+        return None
+    return getattr(module, "valid_vec_isa_list", None)
+
+
 def _compile_child(spec: dict) -> dict:
     """First and later searches of a fresh process (MLP, N rows, compile=True). On a CPU the
     first search's share spent in inductor's vector-ISA probes (it builds and loads a test
@@ -254,11 +266,10 @@ def _compile_child(spec: dict) -> dict:
     target = torch.randint(0, 10, (spec["n"],), generator=generator).to(device)
     gen = NativeGenerator(compile=True)
     probes = None
-    if device.type == "cpu":
-        from torch._inductor import cpu_vec_isa  # what the first CPU compile would import
-
+    probe = _isa_probe() if device.type == "cpu" else None
+    if probe is not None:
         t0 = time.perf_counter()
-        cpu_vec_isa.valid_vec_isa_list()
+        probe()
         probes = time.perf_counter() - t0
     times = []
     for _ in range(4):
