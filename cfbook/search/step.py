@@ -80,8 +80,8 @@ class WorkingSet:
     active: Tensor
     nascent: Tensor
     iterations: Tensor
+    within: Tensor
     offset_sign: Tensor | None = None
-    within: Tensor | None = None
     energy: Tensor | None = None  # per-row energy weights, (n, maxiter): see SearchParameters
 
     @classmethod
@@ -99,8 +99,8 @@ class WorkingSet:
             # row starts: no copy of x0 is needed here.
             nascent=torch.empty_like(x0),
             iterations=torch.zeros(n, dtype=torch.long, device=x0.device),
-            offset_sign=None if fused else torch.zeros_like(x0),
             within=torch.ones(n, dtype=torch.bool, device=x0.device),
+            offset_sign=None if fused else torch.zeros_like(x0),
             energy=energy,
         )
 
