@@ -63,6 +63,10 @@ def _bare(model: nn.Module, x: Tensor, grad_out: Tensor, maxiter: int, chunk: in
         bare_passes(model, x[s : s + rows], [rows] * maxiter, grad_out[s : s + rows])
 
 
+class ThroughAutograd(nn.Sequential):
+    """The same layers as an ``nn.Sequential``, in a subclass: the eager step takes autograd."""
+
+
 def _nothing() -> None:
     """Warm-up of a case whose first call already ran (or needs none)."""
 
@@ -84,11 +88,13 @@ def _step_table(ctx: Context, targets: Table) -> Table:
             "maxiter",
             "auto compiles",
             "eager µs",
+            "eager, autograd µs",
             "compiled µs",
             "bare µs",
             "eager / bare",
             "compiled / bare",
             "compiled vs eager",
+            "eager vs autograd",
             "repeats",
         ],
     )
@@ -124,6 +130,10 @@ def _step_table(ctx: Context, targets: Table) -> Table:
         "extra forward pass.",
         "bare: model(x) and autograd.grad w.r.t. x with a fixed output gradient, maxiter times "
         "over the same rows (in chunks of cf_batchsize where the search uses chunks).",
+        "eager, autograd: the same eager search with the MLP's layers in a subclass of "
+        "nn.Sequential, which makes the eager step take autograd; the eager column's MLP takes "
+        "the direct path of cfbook.search.pullback (autograd's kernels without its engine, the "
+        "same results bit for bit).",
         f"Larger N than the {sizes.n_data} loaded digits repeats them. ResNet-18 searches in "
         f"chunks of {sizes.fused_chunk['resnet18']} rows (cf_batchsize), so its N = 10,000 costs "
         "about ten times its chunk-sized search; to keep the run short it is timed once, with "
@@ -152,15 +162,18 @@ def _step_row(
     n = x.shape[0]
     kwargs = {"domain": DOMAIN}
     gens = {"eager": NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=False)}
+    models = dict.fromkeys(gens, model)
     if name == "mlp":
         gens["compiled"] = NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=True)
+        gens["autograd"], models["autograd"] = gens["eager"], ThroughAutograd(*model)
+        models["compiled"] = model
     steps = AUTO_COMPILE_STEPS[ctx.device.type]
     auto = auto_compiles(model, x[:chunk], None, steps)  # for a run that plans enough steps
     heavy = n * maxiter > ctx.sizes.fused_heavy[name]
     cases = {
         k: Case(
-            partial(g.generate, model, x, target, **kwargs),
-            warmup=partial(g.generate, model, x[:chunk], target[:chunk], **kwargs),
+            partial(g.generate, models[k], x, target, **kwargs),
+            warmup=partial(g.generate, models[k], x[:chunk], target[:chunk], **kwargs),
         )
         for k, g in gens.items()
     }
@@ -183,6 +196,7 @@ def _step_row(
     else:
         path = f"in runs of {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)"
     compiled = timings["compiled"].median if "compiled" in timings else None
+    autograd = timings["autograd"].median if "autograd" in timings else None
     table.add(
         name,
         n,
@@ -190,11 +204,13 @@ def _step_row(
         maxiter,
         path,
         _per_step(eager, n, maxiter),
+        "-" if autograd is None else _per_step(autograd, n, maxiter),
         "-" if compiled is None else _per_step(compiled, n, maxiter),
         _per_step(bare, n, maxiter),
         fmt_ratio(eager / bare),
         "-" if compiled is None else fmt_ratio(compiled / bare),
         "-" if compiled is None else f"{eager / compiled:.2f}x faster",
+        "-" if autograd is None else f"{autograd / eager:.2f}x faster",
         timings["eager"].repeats,
     )
     main_threads = max(ctx.sizes.fused_threads) if ctx.device.type == "cpu" else threads

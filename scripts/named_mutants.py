@@ -99,6 +99,20 @@ EDITS = (
         "torch.where(leaving[:, None], previous, nascent, out=None)",
         ("tests/test_generators.py",),
     ),
+    Edit(
+        "the MLP direct path keeps no logits (a trailing ReLU's backward reads them)",
+        "cfbook/search/pullback.py",
+        "        self._inputs.append(x)\n        return x\n",
+        "        self._inputs.append(None)\n        return x\n",
+        ("tests/test_pullback.py",),
+    ),
+    Edit(
+        "the MLP direct path allocating fresh buffers every iteration",
+        "cfbook/search/pullback.py",
+        "buffer = self._buffers.get((kind, i))",
+        "buffer = None",
+        ("tests/test_pullback.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

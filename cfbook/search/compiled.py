@@ -10,13 +10,13 @@ every call (the model's modules and tensors, the constraint layout, the thread c
 
 It pays where the bookkeeping outweighs the model (small models, large batches) and when the
 compile, a few seconds per model architecture and process (10-16 s the first time on a
-machine, before the inductor cache is warm; on an Intel Xeon 10 of its 16 s went to inductor's
-probes of the processor's vector instruction sets; benchmark 9), is spread over many searches,
-as in a long training run that searches every epoch. So ``compile="auto"`` decides once, from the
-work planned: a training run from its counterfactual-steps (search epochs x ``nce`` x
-``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles if they
-reach ``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the process, so
-a run repeats its results whether it is resumed, run alone or after other searches.
+machine, before the inductor cache is warm; on an Intel Xeon 9-11 of its 13-16 s went to
+inductor's probes of the processor's vector instruction sets; benchmark 9), is spread over many
+searches, as in a long training run that searches every epoch. So ``compile="auto"`` decides
+once, from the work planned: a training run from its counterfactual-steps (search epochs x
+``nce`` x ``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles
+if they reach ``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the
+process, so a run repeats its results whether it is resumed, run alone or after other searches.
 
 Shapes stay stable: the row count is a symbol of the graph, so compaction and chunks of any size
 reuse it, and a working set never shrinks below two rows (the graph assumes at least two).
@@ -46,11 +46,11 @@ AUTO_MIN_ELEMENTS = 2**18
 AUTO_MAX_FLOPS_PER_FEATURE = 512
 # ... and when the planned counterfactual-steps (rows x iterations, summed over a run's searches)
 # reach this many, per device type. On a 2-core CPU, training the paper's MLP, a warm compile
-# was repaid after 1.4 million planned steps (AMD EPYC, 1.7 s; Intel Xeon 1.2 million, 1.9 s)
-# and a cold one (the first on a machine) after 10 million (9.9 s; Intel 8.6 million, 16 s)
-# (benchmark 9, 2026-12-01 and 2026-12-04). On a GPU, where an eager step is
-# launch-bound and far cheaper, a guess not yet measured. Steps, not seconds: the decision does
-# not depend on the machine's load.
+# was repaid after 1.4 million planned steps (AMD EPYC, 1.7 s; Intel Xeon 1.6 million, 2.2 s,
+# against the eager step with its direct path for MLPs) and a cold one (the first on a machine)
+# after 10 million (9.9 s; Intel 9.9 million, 14 s) (benchmark 9, 2026-12-01 and 2026-12-04).
+# On a GPU, where an eager step is launch-bound and far cheaper, a guess not yet measured. Steps,
+# not seconds: the decision does not depend on the machine's load.
 AUTO_COMPILE_STEPS = {"cpu": 2_000_000, "cuda": 50_000_000}
 
 _flops_per_row: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()

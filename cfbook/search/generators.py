@@ -40,6 +40,7 @@ from cfbook.search.constraints import (
     make_constraints,
 )
 from cfbook.search.interface import CounterfactualResult, Generator
+from cfbook.search.pullback import PlainMLP
 from cfbook.search.step import (
     ENERGY_RIDGE,
     StepSettings,
@@ -353,6 +354,7 @@ class NativeGenerator(SearchParameters):
                 per_row_energy=energy is not None,
             )
         fused = step is not None
+        mlp = None if fused else PlainMLP.of(model)
         # The working set holds the rows still searched (all of them until the first compaction).
         ws = WorkingSet.start(x0, target, fused=fused, energy=energy)
         nascent0 = x0
@@ -402,7 +404,7 @@ class NativeGenerator(SearchParameters):
                     step(ws, phi, scalars)
             else:
                 phi = self.energy_weight(t) if ws.energy is None else ws.energy[:, t : t + 1]
-                eager_step(model, ws, phi, c, settings)
+                eager_step(model, ws, phi, c, settings, mlp)
             if path is not None:
                 path.append(c.decode(ws.x).detach().clone())
         if len(ws):

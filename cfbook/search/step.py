@@ -3,7 +3,8 @@
 Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
 
 - ``eager_step``: plain PyTorch with autograd, a handful of in-place kernels per iteration; it runs
-  any model, and it is the path to read and debug.
+  any model, and it is the path to read and debug. For plain MLPs it calls autograd's own kernels
+  directly (``cfbook.search.pullback``): the same bits, without the autograd engine.
 - ``fused_step``: the same iteration as one pure function of tensors (model forward, input
   gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be traced and
   compiled whole (``cfbook.search.compiled``). It writes its results into the working set's
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 
 from cfbook.amp import autocast
 from cfbook.search.constraints import Constraints
+from cfbook.search.pullback import PlainMLP
 
 # Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
 ENERGY_RIDGE = 1e-3
@@ -71,6 +73,8 @@ class WorkingSet:
     point lazily: a row within epsilon has its point as its nascent point, so ``nascent`` holds
     only the last such point of rows that have left (``nascent_points`` resolves it). A row's
     nascent point is then written once per exit from the ball rather than at every iteration.
+    ``spare`` is the buffer the eager step writes the next input gradient into (plain MLPs only,
+    ``PlainMLP``): the previous state's, free once a step is done.
     """
 
     rows: Tensor
@@ -83,6 +87,7 @@ class WorkingSet:
     within: Tensor
     offset_sign: Tensor | None = None
     energy: Tensor | None = None  # per-row energy weights, (n, maxiter): see SearchParameters
+    spare: Tensor | None = None  # eager step with PlainMLP: a free buffer for the next gradient
 
     @classmethod
     def start(
@@ -108,9 +113,13 @@ class WorkingSet:
         return self.rows.shape[0]
 
     def select(self, keep: Tensor) -> WorkingSet:
-        """The rows ``keep`` (indices into this set), copied into fresh contiguous buffers."""
+        """The rows ``keep`` (indices into this set), copied into fresh contiguous buffers (the
+        spare buffer is not copied: it holds nothing)."""
         return WorkingSet(
-            *(None if (v := getattr(self, f.name)) is None else v[keep] for f in fields(self))
+            *(
+                None if (v := getattr(self, f.name)) is None or f.name == "spare" else v[keep]
+                for f in fields(self)
+            )
         )
 
 
@@ -137,10 +146,33 @@ def logit_gradient(logits: Tensor, probs: Tensor, target: Tensor, phi: float | T
 
 
 def eager_step(
-    model: nn.Module, ws: WorkingSet, phi: float | Tensor, c: Constraints, s: StepSettings
+    model: nn.Module,
+    ws: WorkingSet,
+    phi: float | Tensor,
+    c: Constraints,
+    s: StepSettings,
+    mlp: PlainMLP | None = None,
 ) -> None:
-    """One iteration with autograd and in-place kernels (any model, any device); ``phi`` is the
-    energy weight, one for all rows or one per row (``(n, 1)``)."""
+    """One iteration with in-place kernels (any model, any device); ``phi`` is the energy
+    weight, one for all rows or one per row (``(n, 1)``). The input gradient comes from
+    autograd, or from ``mlp`` (``PlainMLP.of(model)``, the same bits without the autograd
+    engine) where given; never under autocast."""
+    if mlp is not None and s.amp is None:
+        with torch.no_grad():
+            xw = c.decode(ws.x)
+            out = mlp.forward(xw)
+            logits = out.float()
+            probs = logits.softmax(1)
+            ws.active = ws.active & not_converged(probs, ws.target, s.tau)
+            dlogits = logit_gradient(logits, probs, ws.target, phi)
+            grad = mlp.pullback(dlogits.to(out.dtype), out=ws.spare)
+            state = ws.x
+            _eager_update(ws, grad, xw, c, s)
+            ws.iterations = ws.iterations + ws.active
+            # The update wrote the new state into the gradient's buffer (or, with frozen one-hot
+            # groups, into a new one): the old state's buffer takes the next gradient.
+            ws.spare = state
+        return
     xw = c.decode(ws.x).detach().requires_grad_(True)  # the decoded point: ws.x without groups
     with autocast(s.amp, xw.device):
         logits = model(xw).float()
@@ -166,9 +198,10 @@ def _eager_update(
     (the offset and the nascent point are those of the decoded point; ``previous`` is the decoded
     point before the step, which becomes the nascent point of a row that leaves the ball).
 
-    In place where possible, allocating only the gradient, and without a ``where`` over the
-    iterate (converged rows get a zero step instead): eager kernels are memory-bandwidth bound,
-    so passes over N x D count, and a fresh N x D buffer costs its pages' first touch.
+    In place where possible, allocating at most the gradient (nothing for plain MLPs), and
+    without a ``where`` over the iterate (converged rows get a zero step instead): eager kernels
+    are memory-bandwidth bound, so passes over N x D count, and a fresh N x D buffer costs its
+    pages' first touch.
     """
     grad = grad.nan_to_num_(nan=0.0)
     if s.lambda_cost:
