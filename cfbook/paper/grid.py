@@ -143,6 +143,8 @@ def cell_config(cell: Cell, scale: Scale, variant: Variant = PAPER_SETUP) -> dic
         config["generator"] = variant.generator
         if config["search"] is not None:
             config["search"] = {**config["search"], "step_size": variant.step_size}
+        if variant.protected_lambdas == "main" and cell.training == "full_protected":
+            config["lambdas"] = list(EXPERIMENTS[cell.data].lambdas("full"))
     for knob, value in cell.overrides:
         if knob == "nce":
             config["nce"] = int(value)
