@@ -179,13 +179,13 @@ def test_the_protected_lambdas_text_sets_the_variant_beside_the_paper_weights():
     }
     assert protected_lambdas_text(results, {}) == ""
     text = protected_lambdas_text(results, {"main_lambdas_protected": variant})
-    assert text.startswith("The paper's text and its code disagree on how CT was trained")
-    assert "LS 1.00 / 0.97 / 1.00 (code's weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
-    assert "Moon 0.95 / 0.50 / 0.60 (code's weights 0.59 / 0.95 / 0.62, paper 1.00)" in text
+    assert text.startswith("CT.jl's mutability grid configurations, whose runs made the paper's")
+    assert "LS 1.00 / 0.97 / 1.00 (configured weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
+    assert "Moon 0.95 / 0.50 / 0.60 (configured weights 0.59 / 0.95 / 0.62, paper 1.00)" in text
     # LS within 0.1 in three seeds with the main weights, in none with the paper's; Moon in one
     # seed either way: 1 of the 2 data sets against 0 (Adult, not in the variant, not counted).
-    assert "in at least 2 seeds on 1 of 2 of these data sets, against 0 with the code's" in text
-    assert text.endswith("the verdicts above keep the code's.")
+    assert "in at least 2 seeds on 1 of 2 of these data sets, against 0 with the configured" in text
+    assert text.endswith("The verdicts above keep the configured weights.")
 
 
 def test_validity_text_counts_data_sets_within_the_tolerance_in_most_seeds():
