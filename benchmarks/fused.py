@@ -162,11 +162,11 @@ def _step_row(
     n = x.shape[0]
     kwargs = {"domain": DOMAIN}
     gens = {"eager": NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=False)}
-    models = dict.fromkeys(gens, model)
+    models = {"eager": model}
     if name == "mlp":
         gens["compiled"] = NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=True)
-        gens["autograd"], models["autograd"] = gens["eager"], ThroughAutograd(*model)
-        models["compiled"] = model
+        gens["autograd"] = gens["eager"]
+        models.update(compiled=model, autograd=ThroughAutograd(*model))
     steps = AUTO_COMPILE_STEPS[ctx.device.type]
     auto = auto_compiles(model, x[:chunk], None, steps)  # for a run that plans enough steps
     heavy = n * maxiter > ctx.sizes.fused_heavy[name]

@@ -161,14 +161,10 @@ def eager_step(
         with torch.no_grad():
             xw = c.decode(ws.x)
             out = mlp.forward(xw)
-            logits = out.float()
-            probs = logits.softmax(1)
-            ws.active = ws.active & not_converged(probs, ws.target, s.tau)
-            dlogits = logit_gradient(logits, probs, ws.target, phi)
+            dlogits = _logit_step(ws, out.float(), phi, s)
             grad = mlp.pullback(dlogits.to(out.dtype), out=ws.spare)
             state = ws.x
             _eager_update(ws, grad, xw, c, s)
-            ws.iterations = ws.iterations + ws.active
             # The update wrote the new state into the gradient's buffer (or, with frozen one-hot
             # groups, into a new one): the old state's buffer takes the next gradient.
             ws.spare = state
@@ -177,9 +173,7 @@ def eager_step(
     with autocast(s.amp, xw.device):
         logits = model(xw).float()
     with torch.no_grad():
-        probs = logits.softmax(1)
-        ws.active = ws.active & not_converged(probs, ws.target, s.tau)
-        dlogits = logit_gradient(logits, probs, ws.target, phi)
+        dlogits = _logit_step(ws, logits, phi, s)
         if s.grad_scale != 1.0:
             dlogits.mul_(s.grad_scale)
     (grad,) = torch.autograd.grad(logits, xw, dlogits)
@@ -188,15 +182,23 @@ def eager_step(
         if s.grad_scale != 1.0:
             grad.div_(s.grad_scale)
         _eager_update(ws, grad, xw.detach(), c, s)
-        ws.iterations = ws.iterations + ws.active
+
+
+def _logit_step(ws: WorkingSet, logits: Tensor, phi: float | Tensor, s: StepSettings) -> Tensor:
+    """Drop the rows whose target probability reached tau from ``ws.active``; return the loss
+    gradient with respect to the logits."""
+    probs = logits.softmax(1)
+    ws.active = ws.active & not_converged(probs, ws.target, s.tau)
+    return logit_gradient(logits, probs, ws.target, phi)
 
 
 def _eager_update(
     ws: WorkingSet, grad: Tensor, previous: Tensor, c: Constraints, s: StepSettings
 ) -> None:
-    """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking
-    (the offset and the nascent point are those of the decoded point; ``previous`` is the decoded
-    point before the step, which becomes the nascent point of a row that leaves the ball).
+    """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking,
+    iteration counts (the offset and the nascent point are those of the decoded point;
+    ``previous`` is the decoded point before the step, which becomes the nascent point of a row
+    that leaves the ball).
 
     In place where possible, allocating at most the gradient (nothing for plain MLPs), and
     without a ``where`` over the iterate (converged rows get a zero step instead): eager kernels
@@ -220,6 +222,7 @@ def _eager_update(
     ws.offset_sign = offset.sign_()
     _store_leaving(ws.nascent, previous, ws.within & ~within)
     ws.within = within
+    ws.iterations = ws.iterations + ws.active
 
 
 def _store_leaving(nascent: Tensor, previous: Tensor, leaving: Tensor) -> None:
