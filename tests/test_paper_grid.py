@@ -183,7 +183,7 @@ def test_the_protected_lambdas_text_sets_the_variant_beside_the_paper_weights():
     def results_only(v):  # the configured weights' own validity, as if the variant changed none
         return {"data": {k: results["data"][k] for k in v["data"]}}
 
-    assert text.startswith("CT.jl's mutability grid configurations, whose runs made the paper's")
+    assert text.startswith("The evaluation grids of CT.jl's mutability runs, which made the")
     assert "LS 1.00 / 0.97 / 1.00 (configured weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
     assert "Moon 0.95 / 0.50 / 0.60 (configured weights 0.59 / 0.95 / 0.62, paper 1.00)" in text
     # LS within 0.1 in three seeds with the main weights, in none with the paper's; Moon in one

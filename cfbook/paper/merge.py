@@ -9,6 +9,7 @@ never pooled with another seed's: the chapter sets each seed beside the paper's 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,24 @@ def read_result(data_dir: str | Path, name: str) -> dict[str, Any] | None:
             f"{path} is not valid JSON ({err}): run `python -m cfbook.commands.paper` to make it "
             "again"
         ) from err
+
+
+def read_cell_logs(
+    data_dir: str | Path, training: str, variant: str | None = None
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """The shipped training logs of every cell trained as ``training`` (``full_protected``, ...),
+    of the paper setup or of ``variant``: by data set, then seed, each cell's ``meta`` (its
+    lambdas) and per-epoch ``log``. Empty when none is shipped."""
+    folder = Path("variants") / variant / "cells" if variant else Path("cells")
+    pattern = re.compile(rf"^(?P<data>.+)-{re.escape(training)}-s(?P<seed>\d+)\.json$")
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in sorted((Path(data_dir) / "reproduction" / folder).glob(f"*-{training}-s*.json")):
+        if match := pattern.match(path.name):
+            cell = read_result(data_dir, str(folder / path.name))
+            if cell is not None:
+                by_seed = found.setdefault(match["data"], {})
+                by_seed[int(match["seed"])] = {"meta": cell["meta"], "log": cell["log"]}
+    return found
 
 
 def read_variants(data_dir: str | Path) -> dict[str, dict[str, Any]]:

@@ -49,9 +49,11 @@ MNIST_PROTECTED_ROWS = (*range(5), *range(_ROWS - 5, _ROWS))
 class Experiment:
     """One data set's training and evaluation settings. ``lambda_reg`` weighs the energy ridge;
     ``protected_reg`` / ``protected_adv`` are the mutability experiment's ridge and adversarial
-    weights where they differ: its grid configurations, whose runs made the paper's protected
-    numbers, train the synthetic sets without either (the appendix's table of final
-    hyperparameters is generated from the main grid's runs alone). The
+    weights where they differ: the recorded grids of its runs, which made the paper's protected
+    numbers, train the synthetic sets without either (``evaluations/satml/mutability/mlp/<data>/
+    evaluation/grid_config.toml``, committed 2026-01-13; the configurations were emptied to
+    CTExperiments' defaults afterwards, ``2cf773c7`` and ``e2bab588``; the appendix's table of
+    final hyperparameters is generated from the main grid's runs alone). The
     ``main_lambdas_protected`` variant measures the main weights in their place."""
 
     key: str

@@ -266,12 +266,12 @@ def protected_lambdas_text(
     else:
         reading = "On no data set does the ridge bring the validity within the tolerance"
     return _sentence(
-        "CT.jl's mutability grid configurations, whose runs made the paper's protected numbers "
-        "(`paper/sections/other/main_results.qmd` reads them from `satml/mutability`), train CT "
-        "on these data sets without the energy ridge and the adversarial term (λ_reg = λ_adv = "
-        "0). The main grid uses the per-set ridge of the table above and 0.25, and the "
-        "appendix's table of final hyperparameters, generated from the main grid's runs alone, "
-        "lists those for all main results. We follow the mutability configurations. Trained "
+        "The evaluation grids of CT.jl's mutability runs, which made the paper's protected "
+        "numbers (`paper/sections/other/main_results.qmd` reads them from `satml/mutability`), "
+        "record CT trained on these data sets without the energy ridge and the adversarial term "
+        "(λ_reg = λ_adv = 0). The main grid uses the per-set ridge of the table above and 0.25, "
+        "and the appendix's table of final hyperparameters, generated from the main grid's runs "
+        "alone, lists those for all main results. We follow the recorded grids. Trained "
         "with the main grid's weights instead (variant `main_lambdas_protected`), CT's protected "
         f"validity per seed is {per_set}. Both models' validity is then within {tolerance:g} of "
         f"the paper's in at least {MAJORITY} seeds on {close_variant} of {len(keys)} of these "
@@ -494,9 +494,9 @@ VARIANT_TEXT = {
     "no_decoding": "no one-hot decoding in the test-time search",
     "own_groups": "`education_num` left out of the `education` group",
     "straight_through": "straight-through gradient through the decoding, not frozen",
-    "main_lambdas_protected": "CT with protected features trained with the main grid's energy "
-    "ridge and adversarial weight (the mutability grid configurations, whose runs made the "
-    "paper's protected numbers, set both to 0 on the synthetic sets)",
+    "main_lambdas_protected": "the main grid's energy ridge and adversarial weight for CT with "
+    "protected features (the recorded grids of the mutability runs, which made the paper's "
+    "protected numbers, set both to 0 on the synthetic sets)",
 }
 
 

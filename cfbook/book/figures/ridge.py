@@ -1,0 +1,212 @@
+"""CT with protected features, trained without and with the energy ridge: what the training logs
+of the shipped cells say about the disagreement in protected validity on the synthetic sets.
+
+The recorded grids of CT.jl's mutability runs, which made the paper's protected numbers, set the
+ridge and adversarial weights to 0 on the synthetic sets (``cfbook.paper.settings``); the
+``main_lambdas_protected`` variant trains the same cells with the main grid's weights. Every
+number here is read from the cells' per-epoch logs and the merged results, and the sentences
+follow from them.
+"""
+
+from __future__ import annotations
+
+from statistics import pstdev
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from cfbook.book.figures.reproduction import NAMES
+from cfbook.book.figures.training import COLOURS, TEMPLATE
+from cfbook.paper import published
+
+Logs = dict[str, dict[int, dict[str, Any]]]  # data set -> seed -> {"meta", "log"}
+LATE = 50  # the last epochs over which the training-time validity's spread is measured
+REACHED = 0.95  # a training-time validity at the paper's level of 1.00
+CLOSE = 0.1  # the validity tolerance of the reproduction chapter
+
+
+def _late(cell: dict[str, Any]) -> list[float]:
+    return [e["percent_valid"] for e in cell["log"][-LATE:]]
+
+
+def _weights(cell: dict[str, Any]) -> str:
+    _, _, reg, adv = cell["meta"]["lambdas"]
+    return f"{reg:g}, {adv:g}"
+
+
+def _test_validity(results: dict[str, Any], key: str) -> list[float | None]:
+    return [s["mean"] for s in results["data"][key]["validity"]["protected"]["full"]]
+
+
+def _keys(configured: Logs, main: Logs, results: dict[str, Any], variant: dict[str, Any]) -> list:
+    """The data sets with both kinds of cells and both merged results."""
+    return [k for k in results["data"] if k in configured and k in main and k in variant["data"]]
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def stability_table(
+    configured: Logs, main: Logs, results: dict[str, Any], variant: dict[str, Any]
+) -> str:
+    """Per data set and weights, per seed: the largest logged ridge term, the training-time
+    validity's range over the last ``LATE`` epochs and at the last one, and the test-time
+    protected validity."""
+    lines = [
+        "| data | λ_reg, λ_adv | largest ridge term | training validity, last "
+        f"{LATE} epochs | at epoch 100 | test validity (paper) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in _keys(configured, main, results, variant):
+        for logs, merged in ((configured, results), (main, variant)):
+            cells = [logs[key][s] for s in sorted(logs[key])]
+            ridge = " / ".join(_number(max(e["reg_loss"] for e in c["log"])) for c in cells)
+            spread = " / ".join(f"{min(_late(c)):.2f}–{max(_late(c)):.2f}" for c in cells)
+            last = " / ".join(f"{c['log'][-1]['percent_valid']:.2f}" for c in cells)
+            test = " / ".join("–" if v is None else f"{v:.2f}" for v in _test_validity(merged, key))
+            paper = published.VALIDITY[key]["protected"][0]
+            lines.append(
+                f"| {NAMES[key]} | {_weights(cells[0])} | {ridge} | {spread} | {last} | "
+                f"{test} ({paper:.2f}) |"
+            )
+    return "\n".join(lines)
+
+
+def stability_text(
+    configured: Logs, main: Logs, results: dict[str, Any], variant: dict[str, Any]
+) -> str:
+    """What the logs say: how far the logits grow and how much the training-time validity moves
+    without the ridge and with it, and, where training is less steady without it, whether the
+    last epoch's validity tracks the test-time validity and whether the runs ever reach the
+    paper's level."""
+    keys = _keys(configured, main, results, variant)
+    if not keys:
+        return ""
+
+    def spreads(logs: Logs) -> list[float]:
+        return [pstdev(_late(c)) for k in keys for c in logs[k].values()]
+
+    def ridges(logs: Logs) -> list[float]:
+        return [max(e["reg_loss"] for e in c["log"]) for k in keys for c in logs[k].values()]
+
+    without, with_ = spreads(configured), spreads(main)
+    r_without, r_with = ridges(configured), ridges(main)
+    text = (
+        f"The training logs of the same cells show how the two trainings differ. Without the "
+        f"ridge, the ridge term that CT logs but weighs 0 (the mean of z_t² over the "
+        f"counterfactuals and their neighbours) reaches {_number(min(r_without))} to "
+        f"{_number(max(r_without))} at its largest, per data set and seed, a root-mean-square "
+        f"target logit of {(min(r_without) / 2) ** 0.5:,.0f} to "
+        f"{(max(r_without) / 2) ** 0.5:,.0f}; with the main grid's weights it stays at or below "
+        f"{_number(max(r_with))}. Over the last {LATE} epochs CT's training-time validity (the "
+        f"training search: 30 steps, to the data set's training τ) moves with a standard "
+        f"deviation of {min(without):.2f} to {max(without):.2f} per seed without the ridge and "
+        f"{min(with_):.2f} to {max(with_):.2f} with it. "
+    )
+    if min(without) <= max(with_):
+        return text + (
+            "The two ranges overlap: the logs do not show a less steady training without the "
+            "ridge, so they do not explain the difference in protected validity."
+        )
+    tracked = [
+        NAMES[k]
+        for k in keys
+        if all(
+            v is not None and abs(c["log"][-1]["percent_valid"] - v) <= CLOSE
+            for c, v in zip(
+                (configured[k][s] for s in sorted(configured[k])),
+                _test_validity(results, k),
+                strict=True,
+            )
+        )
+    ]
+    text += (
+        "Without the ridge, then, the model that training leaves at epoch 100 depends on where "
+        "this oscillation stands when it stops"
+    )
+    text += (
+        f": on {_listed(tracked)} the last epoch's training-time validity lies within "
+        f"{CLOSE:g} of the test-time protected validity in every seed. "
+        if tracked
+        else ", though on no data set does the last epoch's training-time validity stay within "
+        f"{CLOSE:g} of the test-time protected validity in every seed. "
+    )
+    reached = []
+    for k in keys:
+        paper = published.VALIDITY[k]["protected"][0]
+        if paper < REACHED:
+            continue
+        seeds = [configured[k][s] for s in sorted(configured[k])]
+        visits = " / ".join(str(sum(v >= REACHED for v in _late(c))) for c in seeds)
+        ended = sum(c["log"][-1]["percent_valid"] >= REACHED for c in seeds)
+        reached.append(
+            f"{NAMES[k]} (paper {paper:.2f}) in {visits} of the last {LATE} epochs per seed, "
+            f"at epoch 100 in {ended} of {len(seeds)}"
+        )
+    if reached:
+        text += (
+            f"Where the paper reports a protected validity of {REACHED:g} or more, our runs "
+            f"without the ridge reach a training-time validity of {REACHED:g} or more on "
+            f"{'; '.join(reached)}. With one model per objective, as the paper trained, the "
+            "paper's value can be where such an oscillation stopped, or CT.jl's training "
+            "without the ridge can be steady where ours is not: the shipped results cannot tell "
+            "the two apart, so the cause stays open."
+        )
+    return text
+
+
+def stability_figure(configured: Logs, main: Logs) -> go.Figure:
+    """CT's training-time validity per epoch, one panel per data set, one line per seed, without
+    the ridge and with the main grid's weights."""
+    keys = [k for k in NAMES if k in configured and k in main]
+    columns = 2
+    rows = -(-len(keys) // columns)
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        shared_xaxes=True,
+        shared_yaxes=True,
+        subplot_titles=[NAMES[k] for k in keys],
+        vertical_spacing=0.12,
+        horizontal_spacing=0.06,
+    )
+    for i, key in enumerate(keys):
+        row, col = i // columns + 1, i % columns + 1
+        for logs, colour, name in (
+            (configured, COLOURS["vanilla"], "λ_reg = λ_adv = 0 (the recorded mutability grids)"),
+            (main, COLOURS["full"], "the main grid's λ_reg and λ_adv"),
+        ):
+            for j, seed in enumerate(sorted(logs[key])):
+                log = logs[key][seed]["log"]
+                fig.add_scatter(
+                    x=[e["epoch"] for e in log],
+                    y=[e["percent_valid"] for e in log],
+                    mode="lines",
+                    line={"color": colour, "width": 1.2},
+                    opacity=0.8,
+                    name=name,
+                    legendgroup=name,
+                    showlegend=i == 0 and j == 0,
+                    hovertemplate=f"seed {seed}, epoch %{{x}}: %{{y:.2f}}<extra></extra>",
+                    row=row,
+                    col=col,
+                )
+        fig.update_yaxes(range=[0, 1.02], row=row, col=col)
+    for col in range(1, columns + 1):
+        fig.update_xaxes(title_text="epoch", row=rows, col=col)
+    for row in range(1, rows + 1):
+        fig.update_yaxes(title_text="valid share", row=row, col=1)
+    fig.update_layout(
+        template=TEMPLATE,
+        height=260 * rows + 120,
+        margin={"l": 60, "r": 20, "t": 80, "b": 90},
+        legend={"orientation": "h", "y": -0.12 if rows > 1 else -0.3},
+        title={"text": "CT's training-time validity, protected x1, one line per seed", "x": 0},
+    )
+    return fig

@@ -1,0 +1,138 @@
+"""The protected-validity-without-the-ridge table, text and figure (``cfbook.book.figures.ridge``)
+and the reader of the shipped cells' training logs, on hand-made logs whose statistics are known.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cfbook.book.figures.ridge import stability_figure, stability_table, stability_text
+from cfbook.paper.merge import read_cell_logs
+
+
+def cell(valid: list[float], ridge: list[float], lambdas=(1.0, 0.5, 0.0, 0.0)) -> dict:
+    log = [
+        {"epoch": i + 1, "percent_valid": v, "reg_loss": r}
+        for i, (v, r) in enumerate(zip(valid, ridge, strict=True))
+    ]
+    return {"meta": {"lambdas": list(lambdas)}, "log": log}
+
+
+def oscillating(last: float, high: float = 0.9, visits: int = 0) -> list[float]:
+    """100 epochs alternating 0.2 / ``high`` (population SD 0.35 over the last 50 when high is
+    0.9), ``visits`` of the last 50 raised to 0.97, and ``last`` at epoch 100."""
+    values = [0.2 if i % 2 else high for i in range(100)]
+    for i in range(visits):
+        values[50 + 2 * i] = 0.97
+    values[-1] = last
+    return values
+
+
+def merged(means: dict[str, tuple[float, float, float]]) -> dict:
+    return {
+        "data": {
+            k: {"validity": {"protected": {"full": [{"mean": m} for m in v]}}}
+            for k, v in means.items()
+        }
+    }
+
+
+RIDGE_SMALL = [2.0] * 100
+
+
+def logs():
+    configured = {
+        "lin_sep": {
+            s: cell(oscillating(last), [5.0] * 99 + [top])
+            for s, (last, top) in enumerate(((0.6, 20_000.0), (0.5, 80_000.0), (0.2, 30_000.0)))
+        },
+        "moons": {
+            s: cell(oscillating(last, visits=v), [5.0] * 100 if s else [50_000.0] * 100)
+            for s, (last, v) in enumerate(((0.6, 0), (0.9, 5), (0.3, 2)))
+        },
+    }
+    main = {
+        k: {s: cell([1.0] * 100, RIDGE_SMALL, (1.0, 0.5, 0.01, 0.25)) for s in range(3)}
+        for k in ("lin_sep", "moons")
+    }
+    # Test validity: LS within 0.1 of the last epoch in every seed; Moon not in seed 1 (0.9 vs 0.6).
+    results = merged({"lin_sep": (0.62, 0.45, 0.25), "moons": (0.65, 0.6, 0.35)})
+    variant = merged({"lin_sep": (1.0, 1.0, 1.0), "moons": (1.0, 1.0, 1.0)})
+    return configured, main, results, variant
+
+
+def test_table_reads_each_seed_from_the_logs_in_the_results_order():
+    configured, main, results, variant = logs()
+    table = stability_table(configured, main, results, variant).splitlines()
+    assert len(table) == 2 + 4
+    assert table[2] == (
+        "| Linearly separable | 0, 0 | 20,000 / 80,000 / 30,000 | 0.20–0.90 / 0.20–0.90 / "
+        "0.20–0.90 | 0.60 / 0.50 / 0.20 | 0.62 / 0.45 / 0.25 (1.00) |"
+    )
+    assert table[3].startswith("| Linearly separable | 0.01, 0.25 | 2.0 / 2.0 / 2.0 | 1.00–1.00")
+    assert table[4].startswith("| Moons | 0, 0 | 50,000 / 5.0 / 5.0 | 0.20–0.90 / 0.20–0.97")
+    assert table[4].endswith("| 0.60 / 0.90 / 0.30 | 0.65 / 0.60 / 0.35 (1.00) |")
+
+
+def test_text_measures_the_spread_and_names_what_the_logs_show():
+    configured, main, results, variant = logs()
+    text = stability_text(configured, main, results, variant)
+    # The largest ridge terms: 5 (Moon seeds 1, 2) to 80,000; RMS logit sqrt(x / 2).
+    assert "reaches 5.0 to 80,000 at its largest" in text
+    assert "a root-mean-square target logit of 2 to 200" in text
+    assert "with the main grid's weights it stays at or below 2.0" in text
+    # Population SD of the last 50 epochs: 0.35 for the plain alternation (LS seed 2); Moon seed 1
+    # (five 0.97s, 0.9 at epoch 100): mean 28.55 / 50, E[x^2] 22.6745 / 50, SD 0.357.
+    assert "standard deviation of 0.35 to 0.36 per seed without the ridge and 0.00 to 0.00" in text
+    assert "on Linearly separable the last epoch's training-time validity lies within 0.1" in text
+    assert "Moons the last" not in text
+    assert (
+        "Linearly separable (paper 1.00) in 0 / 0 / 0 of the last 50 epochs per seed, at epoch "
+        "100 in 0 of 3; Moons (paper 1.00) in 0 / 5 / 2 of the last 50 epochs per seed, at "
+        "epoch 100 in 0 of 3." in text
+    )
+    assert text.endswith("so the cause stays open.")
+
+
+def test_text_says_so_when_the_logs_do_not_separate_the_two_trainings():
+    configured, main, results, variant = logs()
+    steady = {k: {s: cell([0.5] * 100, [5.0] * 100) for s in range(3)} for k in configured}
+    text = stability_text(steady, main, results, variant)
+    assert text.endswith("so they do not explain the difference in protected validity.")
+    assert "cause stays open" not in text
+    # Unsteady, but no seed's last epoch near its test validity: said, and nothing is tracked.
+    far = merged({"lin_sep": (0.0, 0.0, 0.9), "moons": (0.0, 0.0, 0.9)})
+    text = stability_text(configured, main, far, variant)
+    assert "though on no data set does the last epoch's training-time validity stay" in text
+    assert stability_text({}, main, results, variant) == ""
+
+
+def test_figure_draws_every_seed_of_both_trainings_once_in_the_legend():
+    configured, main, _, _ = logs()
+    fig = stability_figure(configured, main)
+    assert len(fig.data) == 2 * 2 * 3
+    assert sum(t.showlegend is True for t in fig.data) == 2
+    assert [a.text for a in fig.layout.annotations] == ["Linearly separable", "Moons"]
+    assert list(fig.data[0].y) == oscillating(0.6)
+
+
+def test_read_cell_logs_finds_one_training_by_data_set_and_seed(tmp_path: Path):
+    cells = tmp_path / "reproduction" / "cells"
+    variant_cells = tmp_path / "reproduction" / "variants" / "v" / "cells"
+    for folder, names in (
+        (cells, ("lin_sep-full_protected-s0", "lin_sep-full-s0", "adult-full_protected-s12")),
+        (variant_cells, ("lin_sep-full_protected-s2",)),
+    ):
+        folder.mkdir(parents=True)
+        for name in names:
+            content = {"config": {}, "meta": {"lambdas": [name]}, "log": [{"epoch": 1}]}
+            (folder / f"{name}.json").write_text(json.dumps(content))
+    found = read_cell_logs(tmp_path, "full_protected")
+    assert {k: sorted(v) for k, v in found.items()} == {"adult": [12], "lin_sep": [0]}
+    assert found["lin_sep"][0]["meta"]["lambdas"] == ["lin_sep-full_protected-s0"]
+    assert list(read_cell_logs(tmp_path, "full")) == ["lin_sep"]
+    assert {k: sorted(v) for k, v in read_cell_logs(tmp_path, "full_protected", "v").items()} == {
+        "lin_sep": [2]
+    }
+    assert read_cell_logs(tmp_path, "energy") == {}
