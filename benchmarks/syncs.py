@@ -167,7 +167,7 @@ def run(ctx: Context) -> list[Table]:
         chunks = -(-nce // chunk) if chunk else 1
         # A CPU run stands in for a GPU: the eager step stores nascent points as on a GPU.
         with (
-            mock.patch.object(step, "SYNC_FREE_NASCENT", True),
+            mock.patch.object(step, "SYNC_FREE", True),
             counting(NativeGenerator, "_search", cuda) as counter,
         ):
             replace(gen, cf_batchsize=chunk).generate(model, x, target, domain=DOMAIN)
@@ -216,8 +216,9 @@ def run(ctx: Context) -> list[Table]:
         "compact_every): one read of the active set (a nonzero) to drop converged rows; nothing "
         "else in the loop waits.",
         "On a CPU the eager step also reads, at every iteration, which rows leave the epsilon "
-        "ball, to copy only their nascent points (a host read is free there); the counts above "
-        "are taken with the GPU's way (step.SYNC_FREE_NASCENT), which passes every row through "
+        "ball, to copy only their nascent points, and a bound on a plain MLP's gradient, to skip "
+        "the NaN pass (a host read is free there); the counts above "
+        "are taken with the GPU's way (step.SYNC_FREE), which passes every row through "
         "one where instead.",
     ]
     if cuda:

@@ -113,6 +113,13 @@ EDITS = (
         "buffer = None",
         ("tests/test_pullback.py",),
     ),
+    Edit(
+        "the NaN pass skipped where the gradient may overflow, kept where it cannot",
+        "cfbook/search/step.py",
+        "    if not finite:\n        grad = grad.nan_to_num_(nan=0.0)\n",
+        "    if finite:\n        grad = grad.nan_to_num_(nan=0.0)\n",
+        ("tests/test_pullback.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

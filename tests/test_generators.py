@@ -130,7 +130,7 @@ def test_converged_samples_stop_costing_compute():
 def test_no_host_sync_per_iteration(monkeypatch):
     # On a CPU the eager step reads which rows leave the epsilon ball (a read that costs no
     # device sync there); this CPU run stands in for a GPU, so it follows the GPU's rule.
-    monkeypatch.setattr(step, "SYNC_FREE_NASCENT", True)
+    monkeypatch.setattr(step, "SYNC_FREE", True)
     model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
     x, target = factuals(model)
     syncs = count_host_syncs(monkeypatch)
@@ -153,9 +153,9 @@ def test_eager_nascent_points_are_the_same_stored_either_way(monkeypatch):
     params = {"tau": 0.9, "maxiter": 25, "epsilon": 0.4}
     search = NativeGenerator(compile=False, compact_every=3, **params)
     reads = count_host_syncs(monkeypatch)
-    monkeypatch.setattr(step, "SYNC_FREE_NASCENT", True)
+    monkeypatch.setattr(step, "SYNC_FREE", True)
     dense = search.generate(model, x, target, domain=(-1, 1))
-    monkeypatch.setattr(step, "SYNC_FREE_NASCENT", False)
+    monkeypatch.setattr(step, "SYNC_FREE", False)
     before = len(reads)
     sparse = search.generate(model, x, target, domain=(-1, 1))
     monkeypatch.undo()

@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from cfbook import NativeGenerator
-from cfbook.search import pullback
+from cfbook.search import pullback, step
 from cfbook.search.pullback import PlainMLP
 
 
@@ -196,9 +196,9 @@ def test_the_eager_step_takes_the_direct_path_for_plain_mlps(monkeypatch):
     calls = []
     original = PlainMLP.pullback
 
-    def counted(self, grad, out=None):
+    def counted(self, grad, out=None, bound=False):
         calls.append(grad.shape[0])
-        return original(self, grad, out)
+        return original(self, grad, out, bound)
 
     monkeypatch.setattr(pullback.PlainMLP, "pullback", counted)
     model = mlp(12, 16, 4)
@@ -208,3 +208,84 @@ def test_the_eager_step_takes_the_direct_path_for_plain_mlps(monkeypatch):
     assert calls == [20] * 5
     NativeGenerator(compile=False, maxiter=5, tau=1.0).generate(Layers(*model), x, target)
     assert len(calls) == 5  # autograd for anything else
+
+
+def test_the_finiteness_bound_is_hand_computed_and_fails_safe():
+    """grad @ w is surely finite when count x max|grad| x max|w| < half of the largest float."""
+    w = torch.tensor([[1.0, -3.0, 0.5], [2.0, 0.0, -1.0]])  # max |w| = 3, two products a sum
+
+    def bounded(grad: torch.Tensor) -> bool:
+        return PlainMLP.of(mlp(3, 2, 2))._bounded(grad, w)
+
+    assert bounded(torch.tensor([[2.0, -1.0]]))  # 2 x 2 x 3 = 12
+    assert bounded(torch.tensor([[2.8e37, 0.0]]))  # 1.68e38 < 1.70e38
+    assert not bounded(torch.tensor([[2.9e37, 0.0]]))  # 1.74e38: too close to overflow
+    assert not bounded(torch.tensor([[1.0, float("nan")]]))
+    assert not bounded(torch.tensor([[1.0, -float("inf")]]))
+    assert PlainMLP.of(mlp(3, 2, 2))._bounded(
+        torch.tensor([[1e300, 0.0]], dtype=torch.float64), w.double()
+    )
+    assert not bounded(torch.ones(0, 2))  # no rows: nothing to bound
+    # Each pullback says it anew, and only when asked: a column-major input takes autograd's
+    # order, unbounded; without ``bound`` nothing is read.
+    direct = PlainMLP.of(mlp(3, 2, 2))
+    x, v = torch.rand(4, 3), torch.ones(4, 2)
+    for layout, bound, expected in (
+        (x, True, True),
+        (x.t().contiguous().t(), True, False),
+        (x, True, True),
+        (x, False, False),
+    ):
+        with torch.no_grad():
+            direct.forward(layout)
+            direct.pullback(v, bound=bound)
+        assert direct.finite is expected
+
+
+@pytest.mark.parametrize("domain", [None, (-1e-19, 1e-19)])
+def test_a_search_whose_gradient_overflows_is_autograd_s_bit_for_bit(domain):
+    """Huge weights and tiny inputs: finite logits, but the input gradient overflows. The step
+    must then zero and cap it as autograd's path does, not skip that."""
+    model = mlp(12, 16, 4, bias=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1e20)
+    g = torch.Generator().manual_seed(5)
+    x = (torch.rand(64, 12, generator=g) * 2 - 1) * 1e-20
+    direct = PlainMLP.of(model)
+    with torch.no_grad():
+        assert direct.forward(x).isfinite().all()
+        v = torch.ones(64, 4) / 4 - torch.eye(4)[torch.arange(64) % 4]
+        assert direct.pullback(v, bound=True).isinf().any()
+    assert not direct.finite
+    target = (model(x).argmax(1) + 1) % 4
+    generator = NativeGenerator(compile=False, maxiter=10)
+    kwargs = {} if domain is None else {"domain": domain}
+    fast, slow = (generator.generate(m, x, target, **kwargs) for m in (model, Layers(*model)))
+    for name in ("counterfactual", "nascent", "valid", "iterations"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=name)
+    # Infinite then NaN gradients, capped and zeroed: the points stay finite.
+    assert fast.counterfactual.isfinite().all()
+
+
+def test_the_step_skips_the_nan_pass_only_where_the_bound_holds(monkeypatch):
+    skipped = []
+    original = pullback.PlainMLP.pullback
+
+    def watched(self, grad, out=None, bound=False):
+        result = original(self, grad, out, bound)
+        skipped.append(self.finite)
+        return result
+
+    monkeypatch.setattr(pullback.PlainMLP, "pullback", watched)
+    model = mlp(12, 16, 4)
+    x = torch.rand(20, 12) * 2 - 1
+    search = NativeGenerator(compile=False, maxiter=5)
+    search.generate(model, x, (model(x).argmax(1) + 1) % 4)
+    assert len(skipped) == 5 and all(skipped)
+    # Held to the GPU's rule (no host read in the loop), a CPU search never skips it.
+    monkeypatch.setattr(step, "SYNC_FREE", True)
+    skipped.clear()
+    search.generate(model, x, (model(x).argmax(1) + 1) % 4)
+    assert len(skipped) == 5 and not any(skipped)

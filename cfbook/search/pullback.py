@@ -10,6 +10,10 @@ autograd allocates at every iteration (their pages' first touch is not free on a
 784-32-10 MLP the whole eager search got 1.37x as fast at 100 rows, 1.16x at 1,024 and 1.11x at
 10,000 (benchmark 9, two threads). Any other model, or one with hooks that autograd would run,
 takes autograd.
+
+On a CPU it also bounds the last product from its inputs' largest entries, so the step can skip
+its pass that zeroes NaN gradients where none can be: 4-9 % of the search at 100 to 10,000 rows,
+the same bits.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class PlainMLP:
         self.layers = layers
         self._inputs: list[Tensor] = []
         self._buffers: dict[tuple[str, int], Tensor] = {}
+        self._weight_max: float | None = None
+        self.finite = False  # whether the last pullback's result is known to be finite
 
     @classmethod
     def of(cls, model: nn.Module) -> PlainMLP | None:
@@ -74,9 +80,11 @@ class PlainMLP:
         self._inputs.append(x)
         return x
 
-    def pullback(self, grad: Tensor, out: Tensor | None = None) -> Tensor:
+    def pullback(self, grad: Tensor, out: Tensor | None = None, bound: bool = False) -> Tensor:
         """The gradient with respect to the last ``forward``'s input, given ``grad`` with respect
-        to its logits; written into ``out`` where given."""
+        to its logits; written into ``out`` where given. ``bound``: also set ``finite``, which
+        reads two numbers on the host (no cost on a CPU, a synchronisation on a GPU)."""
+        self.finite = False
         for i in reversed(range(len(self.layers))):
             layer, inp = self.layers[i], self._inputs[i]
             if isinstance(layer, nn.Linear):
@@ -85,9 +93,22 @@ class PlainMLP:
                     grad = w.t().mm(grad.t()).t()  # autograd's order for a column-major input
                 else:
                     target = out if i == 0 else self._buffer("backward", i, grad, w.shape[1])
+                    if i == 0 and bound:
+                        self.finite = self._bounded(grad, w)
                     grad = torch.mm(grad, w, out=target)
             else:
                 target = self._buffer("backward", i, grad, grad.shape[1])
                 grad = threshold_backward(grad, self._inputs[i + 1], 0, grad_input=target)
         self._inputs = []
         return grad
+
+    def _bounded(self, grad: Tensor, w: Tensor) -> bool:
+        """Whether ``grad @ w`` is surely finite: every entry is a sum of ``grad.shape[1]``
+        products, so its size is at most that count times the largest |grad| times the largest
+        |w|; NaN or infinite inputs make the bound NaN or infinite and the answer False."""
+        if grad.numel() == 0 or w.numel() == 0:
+            return False
+        if self._weight_max is None:
+            self._weight_max = w.abs().amax().item()
+        bound = grad.abs().amax().item() * self._weight_max * grad.shape[1]
+        return bound < 0.5 * torch.finfo(grad.dtype).max

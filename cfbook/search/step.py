@@ -34,9 +34,11 @@ from cfbook.search.pullback import PlainMLP
 
 # Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
 ENERGY_RIDGE = 1e-3
-# True: the eager step stores nascent points on a CPU as on a GPU, without reading a mask on the
-# host (the tests set it to hold a CPU search to the GPU's rule of no per-iteration sync).
-SYNC_FREE_NASCENT = False
+# On a CPU, where reading a value on the host costs no device synchronisation, the eager step
+# reads which rows leave the epsilon ball and bounds the plain-MLP gradient (PlainMLP.finite) at
+# every iteration. True: it does neither, as on a GPU (the tests and the sync benchmark set it to
+# hold a CPU search to the GPU's rule of no per-iteration sync).
+SYNC_FREE = False
 
 
 @dataclass(frozen=True)
@@ -162,9 +164,10 @@ def eager_step(
             xw = c.decode(ws.x)
             out = mlp.forward(xw)
             dlogits = _logit_step(ws, out.float(), phi, s)
-            grad = mlp.pullback(dlogits.to(out.dtype), out=ws.spare)
+            bound = xw.device.type == "cpu" and not SYNC_FREE
+            grad = mlp.pullback(dlogits.to(out.dtype), out=ws.spare, bound=bound)
             state = ws.x
-            _eager_update(ws, grad, xw, c, s)
+            _eager_update(ws, grad, xw, c, s, finite=mlp.finite)
             # The update wrote the new state into the gradient's buffer (or, with frozen one-hot
             # groups, into a new one): the old state's buffer takes the next gradient.
             ws.spare = state
@@ -193,7 +196,12 @@ def _logit_step(ws: WorkingSet, logits: Tensor, phi: float | Tensor, s: StepSett
 
 
 def _eager_update(
-    ws: WorkingSet, grad: Tensor, previous: Tensor, c: Constraints, s: StepSettings
+    ws: WorkingSet,
+    grad: Tensor,
+    previous: Tensor,
+    c: Constraints,
+    s: StepSettings,
+    finite: bool = False,
 ) -> None:
     """Cost gradient, masked descent, domain clamp, freezing of converged rows, nascent tracking,
     iteration counts (the offset and the nascent point are those of the decoded point;
@@ -203,9 +211,12 @@ def _eager_update(
     In place where possible, allocating at most the gradient (nothing for plain MLPs), and
     without a ``where`` over the iterate (converged rows get a zero step instead): eager kernels
     are memory-bandwidth bound, so passes over N x D count, and a fresh N x D buffer costs its
-    pages' first touch.
+    pages' first touch. ``finite`` says the gradient is known to hold no NaN or infinity
+    (``PlainMLP.finite``): zeroing NaNs and capping infinities, as CT.jl does, would change
+    nothing, and its pass is skipped.
     """
-    grad = grad.nan_to_num_(nan=0.0)
+    if not finite:
+        grad = grad.nan_to_num_(nan=0.0)
     if s.lambda_cost:
         grad.add_(ws.offset_sign, alpha=s.lambda_cost)
     row_step = ws.active.to(grad.dtype).mul_(-s.step_size)
@@ -229,7 +240,7 @@ def _store_leaving(nascent: Tensor, previous: Tensor, leaving: Tensor) -> None:
     """Write the previous points of the rows ``leaving`` the epsilon ball into ``nascent``. On a
     CPU, where reading the mask costs no device synchronisation, only those rows are copied
     (few at any one iteration); elsewhere every row passes through one ``where``."""
-    if leaving.device.type == "cpu" and not SYNC_FREE_NASCENT:
+    if leaving.device.type == "cpu" and not SYNC_FREE:
         rows = leaving.nonzero().squeeze(1)
         if rows.numel():
             nascent.index_copy_(0, rows, previous.index_select(0, rows))
