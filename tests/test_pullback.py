@@ -240,6 +240,10 @@ def test_the_finiteness_bound_is_hand_computed_and_fails_safe():
             direct.forward(layout)
             direct.pullback(v, bound=bound)
         assert direct.finite is expected
+    with torch.no_grad():
+        direct.forward(x)
+        direct.pullback(v)  # not asked by default
+    assert direct.finite is False
 
 
 @pytest.mark.parametrize("domain", [None, (-1e-19, 1e-19)])

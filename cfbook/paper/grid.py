@@ -42,6 +42,7 @@ from cfbook.objectives import (
 )
 from cfbook.paper.files import locked, read_json
 from cfbook.paper.settings import (
+    DEFAULT_LAMBDAS,
     EPOCHS,
     EXPERIMENTS,
     HIDDEN,
@@ -143,8 +144,9 @@ def cell_config(cell: Cell, scale: Scale, variant: Variant = PAPER_SETUP) -> dic
         config["generator"] = variant.generator
         if config["search"] is not None:
             config["search"] = {**config["search"], "step_size": variant.step_size}
-        if variant.protected_lambdas == "main" and cell.training == "full_protected":
-            config["lambdas"] = list(EXPERIMENTS[cell.data].lambdas("full"))
+        if cell.training == "full_protected" and variant.protected_lambdas != "mutability":
+            lambdas = {"main": EXPERIMENTS[cell.data].lambdas("full"), "defaults": DEFAULT_LAMBDAS}
+            config["lambdas"] = list(lambdas[variant.protected_lambdas])
     for knob, value in cell.overrides:
         if knob == "nce":
             config["nce"] = int(value)

@@ -37,6 +37,9 @@ EPOCHS = 100
 LR = 1e-3
 HIDDEN = 32
 LAMBDA_DIV, LAMBDA_ADV = 0.5, 0.25
+# (clf, div, reg, adv) when a configuration leaves them empty: CTExperiments' TrainingParams
+# (training_params.jl:181-186; reg is `--reg_strength`, default 0.1: CT.jl objectives.jl:8-9).
+DEFAULT_LAMBDAS = (1.0, 0.5, 0.1, 0.25)
 SEARCH = {"maxiter": 30, "step_size": 0.1, "lambda_cost": 0.001, "lambda_energy": 5.0}
 TEST_TAU = {"none": 0.95, "protected": 0.5}  # eval_config.toml's decision_threshold
 
@@ -177,9 +180,10 @@ class Variant:
     one-hot groups: ``groups`` "get_cats" (CT.jl's, TaijaData's substring match), "own" (each
     categorical's own columns) or "none" (no decoding), decoded with ``categorical_gradient``;
     ``protected_lambdas``: the protected experiment's CT trained with its own grid's ridge and
-    adversarial weights ("mutability", the paper's; 0 and 0 on the synthetic sets) or with the
-    main grid's ("main"). ``retrains`` says whether it needs its own trained models or
-    evaluates the paper setup's."""
+    adversarial weights ("mutability", the paper's; 0 and 0 on the synthetic sets), with the
+    main grid's ("main") or with CTExperiments' defaults ("defaults", what CT.jl's mutability
+    configurations give since they were emptied). ``retrains`` says whether it needs its own
+    trained models or evaluates the paper setup's."""
 
     name: str
     data: tuple[str, ...] = tuple(EXPERIMENTS)
@@ -207,6 +211,7 @@ VARIANTS = {
         Variant("own_groups", ("adult",), groups="own"),
         Variant("straight_through", CATEGORICAL, categorical_gradient="straight_through"),
         Variant("main_lambdas_protected", SYNTHETIC, protected_lambdas="main"),
+        Variant("default_lambdas_protected", SYNTHETIC, protected_lambdas="defaults"),
     )
 }
 
