@@ -64,7 +64,9 @@ def logs():
 
 def test_table_reads_each_seed_from_the_logs_in_the_results_order():
     configured, main, results, variant = logs()
-    table = stability_table(configured, main, results, variant).splitlines()
+    table = stability_table(
+        configured, results, {"the main grid's weights": (main, variant)}
+    ).splitlines()
     assert len(table) == 2 + 4
     assert table[2] == (
         "| Linearly separable | 0, 0 | 20,000 / 80,000 / 30,000 | 0.20–0.90 / 0.20–0.90 / "
@@ -77,7 +79,7 @@ def test_table_reads_each_seed_from_the_logs_in_the_results_order():
 
 def test_text_measures_the_spread_and_names_what_the_logs_show():
     configured, main, results, variant = logs()
-    text = stability_text(configured, main, results, variant)
+    text = stability_text(configured, results, {"the main grid's weights": (main, variant)})
     # The largest ridge terms: 5 (Moon seeds 1, 2) to 80,000; RMS logit sqrt(x / 2).
     assert "reaches 5.0 to 80,000 at its largest" in text
     assert "a root-mean-square target logit of 2 to 200" in text
@@ -85,6 +87,10 @@ def test_text_measures_the_spread_and_names_what_the_logs_show():
     # Population SD of the last 50 epochs: 0.35 for the plain alternation (LS seed 2); Moon seed 1
     # (five 0.97s, 0.9 at epoch 100): mean 28.55 / 50, E[x^2] 22.6745 / 50, SD 0.357.
     assert "standard deviation of 0.35 to 0.36 per seed without the ridge and 0.00 to 0.00" in text
+    assert (
+        "On Linearly separable and Moons every seed trained without the ridge moves more than "
+        "every seed trained with it. There," in text
+    )
     assert "on Linearly separable the last epoch's training-time validity lies within 0.1" in text
     assert "Moons the last" not in text
     assert (
@@ -98,19 +104,20 @@ def test_text_measures_the_spread_and_names_what_the_logs_show():
 def test_text_says_so_when_the_logs_do_not_separate_the_two_trainings():
     configured, main, results, variant = logs()
     steady = {k: {s: cell([0.5] * 100, [5.0] * 100) for s in range(3)} for k in configured}
-    text = stability_text(steady, main, results, variant)
+    text = stability_text(steady, results, {"the main grid's weights": (main, variant)})
     assert text.endswith("so they do not explain the difference in protected validity.")
+    assert text.count("On every data set the two ranges overlap") == 1
     assert "cause stays open" not in text
     # Unsteady, but no seed's last epoch near its test validity: said, and nothing is tracked.
     far = merged({"lin_sep": (0.0, 0.0, 0.9), "moons": (0.0, 0.0, 0.9)})
-    text = stability_text(configured, main, far, variant)
-    assert "though on no data set does the last epoch's training-time validity stay" in text
-    assert stability_text({}, main, results, variant) == ""
+    text = stability_text(configured, far, {"the main grid's weights": (main, variant)})
+    assert "though on none of them does the last epoch's training-time validity stay" in text
+    assert stability_text({}, results, {"the main grid's weights": (main, variant)}) == ""
 
 
 def test_figure_draws_every_seed_of_both_trainings_once_in_the_legend():
     configured, main, _, _ = logs()
-    fig = stability_figure(configured, main)
+    fig = stability_figure(configured, {"the main grid's weights": (main, None)})
     assert len(fig.data) == 2 * 2 * 3
     assert sum(t.showlegend is True for t in fig.data) == 2
     assert [a.text for a in fig.layout.annotations] == ["Linearly separable", "Moons"]
@@ -136,3 +143,35 @@ def test_read_cell_logs_finds_one_training_by_data_set_and_seed(tmp_path: Path):
         "lin_sep": [2]
     }
     assert read_cell_logs(tmp_path, "energy") == {}
+
+
+def test_several_ridged_weightings_are_set_side_by_side_and_pooled_in_the_text():
+    configured, main, results, variant = logs()
+    # A second weighting with a ridge: steadier than none, less than the main grid's.
+    defaults = {
+        k: {s: cell([0.8, 1.0] * 50, [9.0] * 100, (1.0, 0.5, 0.1, 0.25)) for s in range(3)}
+        for k in ("lin_sep", "moons")
+    }
+    ridged = {"the main grid's weights": (main, variant), "the defaults": (defaults, variant)}
+    table = stability_table(configured, results, ridged).splitlines()
+    assert [row.split(" | ")[1] for row in table[2:]] == ["0, 0", "0.01, 0.25", "0.1, 0.25"] * 2
+    text = stability_text(configured, results, ridged)
+    assert "with the main grid's weights and the defaults it stays at or below 9.0" in text
+    assert "per seed without the ridge and 0.00 to 0.10 with it" in text  # SD of 0.8 / 1.0: 0.1
+    fig = stability_figure(configured, ridged)
+    assert len(fig.data) == 3 * 2 * 3
+    legend = [t for t in fig.data if t.showlegend]
+    assert [t.name for t in legend][1:] == list(ridged)
+    assert len({t.line.color for t in legend}) == 3
+    assert stability_text(configured, results, {}) == ""
+    # A ridge that leaves Moon as unsteady as none: Moon overlaps, LS alone is read further.
+    shaky = {k: {s: cell(oscillating(0.5), [9.0] * 100) for s in range(3)} for k in defaults}
+    text = stability_text(configured, results, {"shaky": (shaky, variant)})
+    assert "On Linearly separable and Moons every seed" not in text  # both overlap now
+    mixed = {"lin_sep": defaults["lin_sep"], "moons": shaky["moons"]}
+    text = stability_text(configured, results, {"mixed": (mixed, variant)})
+    assert (
+        "On Linearly separable every seed trained without the ridge moves more than every seed "
+        "trained with it; on Moons (0.35–0.36 without, 0.35–0.35 with) the ranges overlap." in text
+    )
+    assert "Moons (paper 1.00)" not in text  # the paper's level is read on LS only

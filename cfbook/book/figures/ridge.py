@@ -2,10 +2,10 @@
 of the shipped cells say about the disagreement in protected validity on the synthetic sets.
 
 The recorded grids of CT.jl's mutability runs, which made the paper's protected numbers, set the
-ridge and adversarial weights to 0 on the synthetic sets (``cfbook.paper.settings``); the
-``main_lambdas_protected`` variant trains the same cells with the main grid's weights. Every
-number here is read from the cells' per-epoch logs and the merged results, and the sentences
-follow from them.
+ridge and adversarial weights to 0 on the synthetic sets (``cfbook.paper.settings``); variants
+train the same cells with a ridge (the main grid's weights, CTExperiments' defaults). Every number
+here is read from the cells' per-epoch logs and the merged results, and the sentences follow
+from them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.paper import published
 
 Logs = dict[str, dict[int, dict[str, Any]]]  # data set -> seed -> {"meta", "log"}
+# A weighting with a ridge: its name -> (its cells' logs, its merged results).
+Ridged = dict[str, tuple[Logs, dict[str, Any]]]
+RIDGED_COLOURS = (COLOURS["full"], "#2e8b57", "#7b3fa0")
 LATE = 50  # the last epochs over which the training-time validity's spread is measured
 REACHED = 0.95  # a training-time validity at the paper's level of 1.00
 CLOSE = 0.1  # the validity tolerance of the reproduction chapter
@@ -39,9 +42,13 @@ def _test_validity(results: dict[str, Any], key: str) -> list[float | None]:
     return [s["mean"] for s in results["data"][key]["validity"]["protected"]["full"]]
 
 
-def _keys(configured: Logs, main: Logs, results: dict[str, Any], variant: dict[str, Any]) -> list:
-    """The data sets with both kinds of cells and both merged results."""
-    return [k for k in results["data"] if k in configured and k in main and k in variant["data"]]
+def _keys(configured: Logs, results: dict[str, Any], ridged: Ridged) -> list[str]:
+    """The data sets with cells and merged results for every weighting."""
+    return [
+        k
+        for k in results["data"]
+        if k in configured and all(k in logs and k in r["data"] for logs, r in ridged.values())
+    ]
 
 
 def _number(x: float) -> str:
@@ -52,9 +59,7 @@ def _listed(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def stability_table(
-    configured: Logs, main: Logs, results: dict[str, Any], variant: dict[str, Any]
-) -> str:
+def stability_table(configured: Logs, results: dict[str, Any], ridged: Ridged) -> str:
     """Per data set and weights, per seed: the largest logged ridge term, the training-time
     validity's range over the last ``LATE`` epochs and at the last one, and the test-time
     protected validity."""
@@ -63,8 +68,8 @@ def stability_table(
         f"{LATE} epochs | at epoch 100 | test validity (paper) |",
         "|---|---|---|---|---|---|",
     ]
-    for key in _keys(configured, main, results, variant):
-        for logs, merged in ((configured, results), (main, variant)):
+    for key in _keys(configured, results, ridged):
+        for logs, merged in ((configured, results), *ridged.values()):
             cells = [logs[key][s] for s in sorted(logs[key])]
             ridge = " / ".join(_number(max(e["reg_loss"] for e in c["log"])) for c in cells)
             spread = " / ".join(f"{min(_late(c)):.2f}–{max(_late(c)):.2f}" for c in cells)
@@ -78,45 +83,61 @@ def stability_table(
     return "\n".join(lines)
 
 
-def stability_text(
-    configured: Logs, main: Logs, results: dict[str, Any], variant: dict[str, Any]
-) -> str:
+def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) -> str:
     """What the logs say: how far the logits grow and how much the training-time validity moves
-    without the ridge and with it, and, where training is less steady without it, whether the
-    last epoch's validity tracks the test-time validity and whether the runs ever reach the
-    paper's level."""
-    keys = _keys(configured, main, results, variant)
-    if not keys:
+    without the ridge and with it; on the data sets where every seed without it moves more than
+    every seed with it, whether the last epoch's validity tracks the test-time validity and
+    whether the runs ever reach the paper's level."""
+    keys = _keys(configured, results, ridged)
+    if not keys or not ridged:
         return ""
+    with_logs = [logs for logs, _ in ridged.values()]
 
-    def spreads(logs: Logs) -> list[float]:
-        return [pstdev(_late(c)) for k in keys for c in logs[k].values()]
+    def spreads(key: str, *logs: Logs) -> list[float]:
+        return [pstdev(_late(c)) for g in logs for c in g[key].values()]
 
-    def ridges(logs: Logs) -> list[float]:
-        return [max(e["reg_loss"] for e in c["log"]) for k in keys for c in logs[k].values()]
+    def ridges(*logs: Logs) -> list[float]:
+        return [
+            max(e["reg_loss"] for e in c["log"]) for g in logs for k in keys for c in g[k].values()
+        ]
 
-    without, with_ = spreads(configured), spreads(main)
-    r_without, r_with = ridges(configured), ridges(main)
+    without = {k: spreads(k, configured) for k in keys}
+    with_ = {k: spreads(k, *with_logs) for k in keys}
+    low, high = min(map(min, without.values())), max(map(max, without.values()))
+    r_without, r_with = ridges(configured), ridges(*with_logs)
     text = (
-        f"The training logs of the same cells show how the two trainings differ. Without the "
+        f"The training logs of the same cells show how the trainings differ. Without the "
         f"ridge, the ridge term that CT logs but weighs 0 (the mean of z_t² over the "
         f"counterfactuals and their neighbours) reaches {_number(min(r_without))} to "
         f"{_number(max(r_without))} at its largest, per data set and seed, a root-mean-square "
         f"target logit of {(min(r_without) / 2) ** 0.5:,.0f} to "
-        f"{(max(r_without) / 2) ** 0.5:,.0f}; with the main grid's weights it stays at or below "
+        f"{(max(r_without) / 2) ** 0.5:,.0f}; with {_listed(list(ridged))} it stays at or below "
         f"{_number(max(r_with))}. Over the last {LATE} epochs CT's training-time validity (the "
         f"training search: 30 steps, to the data set's training τ) moves with a standard "
-        f"deviation of {min(without):.2f} to {max(without):.2f} per seed without the ridge and "
-        f"{min(with_):.2f} to {max(with_):.2f} with it. "
+        f"deviation of {low:.2f} to {high:.2f} per seed without the ridge and "
+        f"{min(map(min, with_.values())):.2f} to {max(map(max, with_.values())):.2f} with it. "
     )
-    if min(without) <= max(with_):
+    unsteady = [k for k in keys if min(without[k]) > max(with_[k])]
+    overlap = [
+        f"{NAMES[k]} ({min(without[k]):.2f}–{max(without[k]):.2f} without, "
+        f"{min(with_[k]):.2f}–{max(with_[k]):.2f} with)"
+        for k in keys
+        if k not in unsteady
+    ]
+    if not unsteady:
         return text + (
-            "The two ranges overlap: the logs do not show a less steady training without the "
-            "ridge, so they do not explain the difference in protected validity."
+            "On every data set the two ranges overlap: the logs do not show a less steady "
+            "training without the ridge, so they do not explain the difference in protected "
+            "validity."
         )
+    text += (
+        f"On {_listed([NAMES[k] for k in unsteady])} every seed trained without the ridge moves "
+        "more than every seed trained with it"
+        + (f"; on {_listed(overlap)} the ranges overlap. " if overlap else ". ")
+    )
     tracked = [
         NAMES[k]
-        for k in keys
+        for k in unsteady
         if all(
             v is not None and abs(c["log"][-1]["percent_valid"] - v) <= CLOSE
             for c, v in zip(
@@ -127,18 +148,18 @@ def stability_text(
         )
     ]
     text += (
-        "Without the ridge, then, the model that training leaves at epoch 100 depends on where "
+        "There, without the ridge, the model that training leaves at epoch 100 depends on where "
         "this oscillation stands when it stops"
     )
     text += (
         f": on {_listed(tracked)} the last epoch's training-time validity lies within "
         f"{CLOSE:g} of the test-time protected validity in every seed. "
         if tracked
-        else ", though on no data set does the last epoch's training-time validity stay within "
+        else ", though on none of them does the last epoch's training-time validity stay within "
         f"{CLOSE:g} of the test-time protected validity in every seed. "
     )
     reached = []
-    for k in keys:
+    for k in unsteady:
         paper = published.VALIDITY[k]["protected"][0]
         if paper < REACHED:
             continue
@@ -161,10 +182,14 @@ def stability_text(
     return text
 
 
-def stability_figure(configured: Logs, main: Logs) -> go.Figure:
+def stability_figure(configured: Logs, ridged: Ridged) -> go.Figure:
     """CT's training-time validity per epoch, one panel per data set, one line per seed, without
-    the ridge and with the main grid's weights."""
-    keys = [k for k in NAMES if k in configured and k in main]
+    the ridge and with each weighting in ``ridged``."""
+    keys = [k for k in NAMES if k in configured and all(k in logs for logs, _ in ridged.values())]
+    weightings = [
+        (configured, COLOURS["vanilla"], "λ_reg = λ_adv = 0 (the recorded mutability grids)"),
+        *((logs, RIDGED_COLOURS[i], name) for i, (name, (logs, _)) in enumerate(ridged.items())),
+    ]
     columns = 2
     rows = -(-len(keys) // columns)
     fig = make_subplots(
@@ -178,10 +203,7 @@ def stability_figure(configured: Logs, main: Logs) -> go.Figure:
     )
     for i, key in enumerate(keys):
         row, col = i // columns + 1, i % columns + 1
-        for logs, colour, name in (
-            (configured, COLOURS["vanilla"], "λ_reg = λ_adv = 0 (the recorded mutability grids)"),
-            (main, COLOURS["full"], "the main grid's λ_reg and λ_adv"),
-        ):
+        for logs, colour, name in weightings:
             for j, seed in enumerate(sorted(logs[key])):
                 log = logs[key][seed]["log"]
                 fig.add_scatter(
