@@ -154,42 +154,45 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     assert ig_text(results).startswith("CT trained with the protected feature immutable")
 
 
+def protected_validity(ct, baseline):
+    """One data set's protected validity per seed, CT and baseline, as merged results hold it."""
+
+    def seeds(*means):
+        return [{"mean": m, "se": 0.01, "runs": 100} for m in means]
+
+    return {"validity": {"protected": {"full": seeds(*ct), "vanilla": seeds(*baseline)}}}
+
+
 def test_the_protected_lambdas_text_sets_the_variant_beside_the_paper_weights():
     from cfbook.book.figures.reproduction import protected_lambdas_text
-
-    def validity(ct, baseline):
-        def seeds(*means):
-            return [{"mean": m, "se": 0.01, "runs": 100} for m in means]
-
-        return {"validity": {"protected": {"full": seeds(*ct), "vanilla": seeds(*baseline)}}}
 
     # The paper: LS 1.00 / 1.00 and Moon 1.00 / 0.98 with the protected features.
     results = {
         "data": {
-            "lin_sep": validity((0.61, 0.5, 0.16), (1.0, 0.99, 1.0)),
-            "moons": validity((0.59, 0.95, 0.62), (1.0, 1.0, 0.96)),
-            "adult": validity((0.7, 0.7, 0.7), (0.99, 0.99, 0.99)),
+            "lin_sep": protected_validity((0.61, 0.5, 0.16), (1.0, 0.99, 1.0)),
+            "moons": protected_validity((0.59, 0.95, 0.62), (1.0, 1.0, 0.96)),
+            "adult": protected_validity((0.7, 0.7, 0.7), (0.99, 0.99, 0.99)),
         }
     }
     variant = {
         "data": {
-            "lin_sep": validity((1.0, 0.97, 1.0), (1.0, 0.99, 1.0)),
-            "moons": validity((0.95, 0.5, 0.6), (1.0, 1.0, 0.96)),
+            "lin_sep": protected_validity((1.0, 0.97, 1.0), (1.0, 0.99, 1.0)),
+            "moons": protected_validity((0.95, 0.5, 0.6), (1.0, 1.0, 0.96)),
         }
     }
     assert protected_lambdas_text(results, {}) == ""
     text = protected_lambdas_text(results, {"main_lambdas_protected": variant})
 
-    def results_only(v):  # the configured weights' own validity, as if the variant changed none
+    def results_only(v):  # the recorded weights' own validity, as if the variant changed none
         return {"data": {k: results["data"][k] for k in v["data"]}}
 
     assert text.startswith("The evaluation grids of CT.jl's mutability runs, which made the")
-    assert "LS 1.00 / 0.97 / 1.00 (configured weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
-    assert "Moon 0.95 / 0.50 / 0.60 (configured weights 0.59 / 0.95 / 0.62, paper 1.00)" in text
+    assert "LS 1.00 / 0.97 / 1.00 (recorded weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
+    assert "Moon 0.95 / 0.50 / 0.60 (recorded weights 0.59 / 0.95 / 0.62, paper 1.00)" in text
     # LS within 0.1 in three seeds with the main weights, in none with the paper's; Moon in one
     # seed either way: 1 of the 2 data sets against 0 (Adult, not in the variant, not counted).
-    assert "in at least 2 seeds on 1 of 2 of these data sets, against 0 with the configured" in text
-    assert text.endswith("The verdicts above keep the configured weights.")
+    assert "in at least 2 seeds on 1 of 2 of these data sets, against 0 with the recorded" in text
+    assert text.endswith("The verdicts above keep the recorded weights.")
     assert "misses the paper's on LS, where" in text  # LS only: Moon is far either way
     # A variant that mends nothing says so instead of reading a cause into it.
     unmended = protected_lambdas_text(results, {"main_lambdas_protected": results_only(variant)})
@@ -200,24 +203,18 @@ def test_the_protected_lambdas_text_sets_the_variant_beside_the_paper_weights():
 def test_the_default_lambdas_text_counts_its_own_data_sets():
     from cfbook.book.figures.reproduction import default_lambdas_text
 
-    def validity(ct, baseline):
-        def seeds(*means):
-            return [{"mean": m, "se": 0.01, "runs": 100} for m in means]
-
-        return {"validity": {"protected": {"full": seeds(*ct), "vanilla": seeds(*baseline)}}}
-
     # The paper with protected features: LS 1.00 / 1.00, Circ 0.71 / 0.48.
     results = {
         "data": {
-            "lin_sep": validity((0.61, 0.5, 0.16), (1.0, 0.99, 1.0)),
-            "circles": validity((0.66, 0.6, 0.65), (0.5, 0.51, 0.5)),
-            "adult": validity((0.7, 0.7, 0.7), (0.99, 0.99, 0.99)),
+            "lin_sep": protected_validity((0.61, 0.5, 0.16), (1.0, 0.99, 1.0)),
+            "circles": protected_validity((0.66, 0.6, 0.65), (0.5, 0.51, 0.5)),
+            "adult": protected_validity((0.7, 0.7, 0.7), (0.99, 0.99, 0.99)),
         }
     }
     variant = {
         "data": {
-            "lin_sep": validity((0.95, 0.99, 0.5), (1.0, 1.0, 1.0)),
-            "circles": validity((0.3, 0.65, 0.4), (0.5, 0.5, 0.5)),
+            "lin_sep": protected_validity((0.95, 0.99, 0.5), (1.0, 1.0, 1.0)),
+            "circles": protected_validity((0.3, 0.65, 0.4), (0.5, 0.5, 0.5)),
         }
     }
     assert default_lambdas_text(results, {}) == ""

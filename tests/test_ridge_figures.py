@@ -175,3 +175,22 @@ def test_several_ridged_weightings_are_set_side_by_side_and_pooled_in_the_text()
         "trained with it; on Moons (0.35–0.36 without, 0.35–0.35 with) the ranges overlap." in text
     )
     assert "Moons (paper 1.00)" not in text  # the paper's level is read on LS only
+
+
+def test_read_ridged_takes_each_shipped_ridge_variant_with_its_cells(tmp_path: Path):
+    from cfbook.book.figures.ridge import RIDGED_VARIANTS, read_ridged
+
+    main, defaults = RIDGED_VARIANTS.values()
+    for variant in (main, defaults):
+        folder = tmp_path / "reproduction" / "variants" / variant / "cells"
+        folder.mkdir(parents=True)
+        content = {"meta": {"lambdas": [variant]}, "log": []}
+        (folder / "moons-full_protected-s1.json").write_text(json.dumps(content))
+    merged = {main: {"data": {}}, defaults: {"data": {}}, "shuffled": {"data": {}}}
+    found = read_ridged(tmp_path, merged)
+    assert list(found) == list(RIDGED_VARIANTS)
+    logs, results = found["CTExperiments' defaults"]
+    assert logs["moons"][1]["meta"]["lambdas"] == [defaults] and results is merged[defaults]
+    # Merged but without cells, or with cells but not merged: left out.
+    assert list(read_ridged(tmp_path, {main: {"data": {}}})) == ["the main grid's weights"]
+    assert read_ridged(tmp_path / "elsewhere", merged) == {}

@@ -57,7 +57,8 @@ class Experiment:
     evaluation/grid_config.toml``, committed 2026-01-13; the configurations were emptied to
     CTExperiments' defaults afterwards, ``2cf773c7`` and ``e2bab588``; the appendix's table of
     final hyperparameters is generated from the main grid's runs alone). The
-    ``main_lambdas_protected`` variant measures the main weights in their place."""
+    ``main_lambdas_protected`` and ``default_lambdas_protected`` variants measure the main grid's
+    weights and those defaults in their place."""
 
     key: str
     label: str

@@ -234,33 +234,43 @@ def validity_text(results: dict[str, Any], tolerance: float = 0.1) -> str:
     return _sentence("; ".join(parts))
 
 
+def _protected_validity(d: dict[str, Any], key: str) -> str:
+    """CT's protected validity per seed, as "a / b / c"."""
+    return " / ".join(_f(s["mean"], 2) for s in d["data"][key]["validity"]["protected"]["full"])
+
+
+def _beside_recorded(variant: dict[str, Any], results: dict[str, Any], keys: list[str]) -> str:
+    """Per data set: a variant's protected validity per seed, the recorded weights' and the
+    paper's."""
+    return "; ".join(
+        f"{EXPERIMENTS[k].label} {_protected_validity(variant, k)} (recorded weights "
+        f"{_protected_validity(results, k)}, paper {published.VALIDITY[k]['protected'][0]:.2f})"
+        for k in keys
+    )
+
+
+def _only(results: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    return {"data": {k: results["data"][k] for k in keys}}
+
+
 def protected_lambdas_text(
     results: dict[str, Any], variants: dict[str, dict[str, Any]], tolerance: float = 0.1
 ) -> str:
-    """CT's protected validity with the protected experiment's configured loss weights beside
+    """CT's protected validity with the protected experiment's recorded loss weights beside
     the ``main_lambdas_protected`` variant's (the main grid's ridge and adversarial weight), per
     data set and seed; empty when the variant is not shipped."""
     variant = variants.get("main_lambdas_protected")
     if variant is None:
         return ""
     keys = [k for k in variant["data"] if k in results["data"]]
-
-    def ct(d: dict[str, Any], key: str) -> str:
-        return " / ".join(_f(s["mean"], 2) for s in d["data"][key]["validity"]["protected"]["full"])
-
-    per_set = "; ".join(
-        f"{EXPERIMENTS[k].label} {ct(variant, k)} (configured weights {ct(results, k)}, "
-        f"paper {published.VALIDITY[k]['protected'][0]:.2f})"
-        for k in keys
-    )
-    here = {"data": {k: results["data"][k] for k in keys}}
-    close, far = _validity_close(here, "protected", tolerance)
+    per_set = _beside_recorded(variant, results, keys)
+    close, far = _validity_close(_only(results, keys), "protected", tolerance)
     close_variant, far_variant = _validity_close(variant, "protected", tolerance)
     mended = [label for label in far if label not in far_variant]
     if mended:
         reading = (
             f"Without the ridge our CT's protected validity misses the paper's on "
-            f"{', '.join(mended)}, where the paper's, by its configurations trained without it "
+            f"{', '.join(mended)}, where the paper's, by its recorded grids trained without it "
             "too, did not: a disagreement that the ridge removes here and whose cause is open"
         )
     else:
@@ -275,8 +285,8 @@ def protected_lambdas_text(
         "with the main grid's weights instead (variant `main_lambdas_protected`), CT's protected "
         f"validity per seed is {per_set}. Both models' validity is then within {tolerance:g} of "
         f"the paper's in at least {MAJORITY} seeds on {close_variant} of {len(keys)} of these "
-        f"data sets, against {close} with the configured weights. {reading}. The verdicts "
-        "above keep the configured weights"
+        f"data sets, against {close} with the recorded weights. {reading}. The verdicts "
+        "above keep the recorded weights"
     )
 
 
@@ -292,19 +302,9 @@ def default_lambdas_text(
         return ""
     keys = [k for k in variant["data"] if k in results["data"]]
     _, _, reg, adv = DEFAULT_LAMBDAS
-
-    def ct(d: dict[str, Any], key: str) -> str:
-        return " / ".join(_f(s["mean"], 2) for s in d["data"][key]["validity"]["protected"]["full"])
-
-    per_set = "; ".join(
-        f"{EXPERIMENTS[k].label} {ct(variant, k)} (recorded weights {ct(results, k)}, paper "
-        f"{published.VALIDITY[k]['protected'][0]:.2f})"
-        for k in keys
-    )
+    per_set = _beside_recorded(variant, results, keys)
     close, far = _validity_close(variant, "protected", tolerance)
-    recorded, _ = _validity_close(
-        {"data": {k: results["data"][k] for k in keys}}, "protected", tolerance
-    )
+    recorded, _ = _validity_close(_only(results, keys), "protected", tolerance)
     return _sentence(
         f"Trained instead with CTExperiments' defaults (λ_reg = {reg:g}, λ_adv = {adv:g}), which "
         "CT.jl's mutability configurations give since they were emptied (variant "

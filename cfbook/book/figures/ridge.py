@@ -10,6 +10,7 @@ from them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import pstdev
 from typing import Any
 
@@ -19,14 +20,32 @@ from plotly.subplots import make_subplots
 from cfbook.book.figures.reproduction import NAMES
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.paper import published
+from cfbook.paper.merge import read_cell_logs
+from cfbook.paper.settings import SEARCH
 
 Logs = dict[str, dict[int, dict[str, Any]]]  # data set -> seed -> {"meta", "log"}
 # A weighting with a ridge: its name -> (its cells' logs, its merged results).
 Ridged = dict[str, tuple[Logs, dict[str, Any]]]
 RIDGED_COLOURS = (COLOURS["full"], "#2e8b57", "#7b3fa0")
+# The variants that train the protected cells with a ridge, by the name the page gives them.
+RIDGED_VARIANTS = {
+    "the main grid's weights": "main_lambdas_protected",
+    "CTExperiments' defaults": "default_lambdas_protected",
+}
 LATE = 50  # the last epochs over which the training-time validity's spread is measured
 REACHED = 0.95  # a training-time validity at the paper's level of 1.00
 CLOSE = 0.1  # the validity tolerance of the reproduction chapter
+
+
+def read_ridged(data_dir: str | Path, variants: dict[str, dict[str, Any]]) -> Ridged:
+    """The shipped ridge weightings (``RIDGED_VARIANTS``): each one's protected cells' logs and
+    merged results; a variant not shipped, or shipped without its cells, is left out."""
+    found = {}
+    for name, variant in RIDGED_VARIANTS.items():
+        logs = read_cell_logs(data_dir, "full_protected", variant)
+        if variant in variants and logs:
+            found[name] = (logs, variants[variant])
+    return found
 
 
 def _late(cell: dict[str, Any]) -> list[float]:
@@ -113,8 +132,8 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
         f"target logit of {(min(r_without) / 2) ** 0.5:,.0f} to "
         f"{(max(r_without) / 2) ** 0.5:,.0f}; with {_listed(list(ridged))} it stays at or below "
         f"{_number(max(r_with))}. Over the last {LATE} epochs CT's training-time validity (the "
-        f"training search: 30 steps, to the data set's training τ) moves with a standard "
-        f"deviation of {low:.2f} to {high:.2f} per seed without the ridge and "
+        f"training search: {SEARCH['maxiter']} steps, to the data set's training τ) moves with "
+        f"a standard deviation of {low:.2f} to {high:.2f} per seed without the ridge and "
         f"{min(map(min, with_.values())):.2f} to {max(map(max, with_.values())):.2f} with it. "
     )
     unsteady = [k for k in keys if min(without[k]) > max(with_[k])]
