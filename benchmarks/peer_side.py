@@ -1,11 +1,14 @@
-"""One side of benchmark 13, in a process of its own: ReLax's ``VanillaCF`` or cfbook's search,
+"""One side of benchmark 12, in a process of its own: ReLax's ``VanillaCF`` or cfbook's search,
 timed on the problem the parent wrote (MLP weights, digits, targets in one ``.npz``).
 
     python -m benchmarks.peer_side relax|cfbook PROBLEM --n N --steps S [--compile auto|true]
+    python -m benchmarks.peer_side prepare PROBLEM
 
 Prints one JSON line: the first call's seconds (tracing and compiling included), the seconds of
-each later call, and the mean number of steps the rows took. Each side runs alone in its
-process, so torch's and XLA's thread pools never meet and "first call" means first in a process.
+each later call, and the mean number of steps the rows took; ``prepare`` builds cfbook's
+prepared step for the problem's layout (``NativeGenerator.prepare``) and prints its seconds.
+Each side runs alone in its process, so torch's and XLA's thread pools never meet and "first
+call" means first in a process.
 """
 
 from __future__ import annotations
@@ -60,6 +63,23 @@ def relax_side(problem: dict[str, np.ndarray], n: int, steps: int, repeats: int,
     return {"first": first, "times": times, "mean_steps": float(steps)}
 
 
+def _model(problem: dict[str, np.ndarray]) -> Any:
+    """The problem's 784-32-10 MLP as cfbook builds it."""
+    import torch
+
+    from cfbook.models import mlp
+
+    model = mlp()
+    state = {
+        "0.weight": problem["w1"],
+        "0.bias": problem["b1"],
+        "2.weight": problem["w2"],
+        "2.bias": problem["b2"],
+    }
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    return model.eval()
+
+
 def cfbook_side(
     problem: dict[str, np.ndarray],
     n: int,
@@ -73,19 +93,10 @@ def cfbook_side(
     1.0 so that no row stops early: every row takes ``steps`` steps, as ReLax's do."""
     import torch
 
-    from cfbook.models import mlp
     from cfbook.search.generators import NativeGenerator
 
     torch.set_num_threads(threads)
-    model = mlp()
-    state = {
-        "0.weight": problem["w1"],
-        "0.bias": problem["b1"],
-        "2.weight": problem["w2"],
-        "2.bias": problem["b2"],
-    }
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    model.eval()
+    model = _model(problem)
     x = torch.from_numpy(problem["x"][:n])
     target = torch.from_numpy(problem["target"][:n]).long()
     setting: bool | str = {"auto": "auto", "true": True, "false": False}[compile]
@@ -96,12 +107,26 @@ def cfbook_side(
     return {"first": first, "times": times, "mean_steps": float(out.iterations.float().mean())}
 
 
+def prepare_side(problem: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
+    """Build the prepared step that ``cfbook_side``'s searches take where
+    ``CFBOOK_PREPARED_DIR`` names its folder: the same model, domain and thread count."""
+    import torch
+
+    from cfbook.search.generators import NativeGenerator
+
+    torch.set_num_threads(threads)
+    model = _model(problem)
+    start = time.perf_counter()
+    path = NativeGenerator().prepare(model, torch.from_numpy(problem["x"][:2]), domain=(LOW, HIGH))
+    return {"seconds": time.perf_counter() - start, "path": str(path)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peer_side")
-    parser.add_argument("side", choices=("relax", "cfbook"))
+    parser.add_argument("side", choices=("relax", "cfbook", "prepare"))
     parser.add_argument("problem")
-    parser.add_argument("--n", type=int, required=True)
-    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--n", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=10.0)
     parser.add_argument("--compile", choices=("auto", "true", "false"), default="auto")
@@ -109,7 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with np.load(args.problem) as stored:
         problem = {k: stored[k] for k in stored.files}
-    if args.side == "relax":
+    if args.side == "prepare":
+        result = prepare_side(problem, args.threads)
+    elif args.side == "relax":
         result = relax_side(problem, args.n, args.steps, args.repeats, args.budget)
     else:
         result = cfbook_side(

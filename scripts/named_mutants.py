@@ -120,6 +120,27 @@ EDITS = (
         "    if finite:\n        grad = grad.nan_to_num_(nan=0.0)\n",
         ("tests/test_pullback.py",),
     ),
+    Edit(
+        "a prepared step served to another thread count than it was built for",
+        "cfbook/search/prepared.py",
+        "        torch.get_num_threads(),\n",
+        "",
+        ("tests/test_prepared.py",),
+    ),
+    Edit(
+        "'auto' ignores a prepared step (lone searches stay eager)",
+        "cfbook/search/compiled.py",
+        "        prepared\n        or (",
+        "        False\n        or (",
+        ("tests/test_prepared.py",),
+    ),
+    Edit(
+        "a prepared step served to searches with and without per-row energy weights alike",
+        "cfbook/search/prepared.py",
+        "        per_row_energy,\n    )\n    return",
+        "    )\n    return",
+        ("tests/test_prepared.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,9 @@ if TYPE_CHECKING:  # playwright is the browser extra: only the browser tests nee
     from playwright.sync_api import Browser
 
 REPO = Path(__file__).resolve().parents[1]
+# Prepared search steps change which path a search takes (cfbook.search.prepared): the tests
+# see only those they build, never the machine's.
+os.environ["CFBOOK_PREPARED_DIR"] = tempfile.mkdtemp(prefix="cfbook-prepared-")
 # The offline Quarto installer that scripts/quarto.sh uses; CI has it beside the clone.
 QUARTO_INSTALLER = REPO.parent / "shared" / "tools" / "quarto"
 CHROMIUM = Path("/usr/bin/chromium")

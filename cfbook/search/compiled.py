@@ -17,6 +17,8 @@ once, from the work planned: a training run from its counterfactual-steps (searc
 ``nce`` x ``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles
 if they reach ``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the
 process, so a run repeats its results whether it is resumed, run alone or after other searches.
+Where a step was prepared on the machine for the search's layout (``cfbook.search.prepared``),
+there is no compile to repay and "auto" takes it whatever the plan.
 
 Shapes stay stable: the row count is a symbol of the graph, so compaction and chunks of any size
 reuse it, and a working set never shrinks below two rows (the graph assumes at least two).
@@ -100,14 +102,19 @@ def _qualifies(model: nn.Module, x0: Tensor) -> bool:
     )
 
 
-def auto_compiles(model: nn.Module, x0: Tensor, amp: str | None, planned_steps: int) -> bool:
+def auto_compiles(
+    model: nn.Module, x0: Tensor, amp: str | None, planned_steps: int, prepared: bool = False
+) -> bool:
     """What ``compile="auto"`` decides for searches with chunks like ``x0`` that together plan
     ``planned_steps`` counterfactual-steps: compile if the compiled step is faster for them and
-    the work is enough to repay the compile."""
-    return (
-        _supported(model, x0, amp)
-        and _qualifies(model, x0)
-        and planned_steps >= AUTO_COMPILE_STEPS.get(x0.device.type, float("inf"))
+    the work is enough to repay the compile, or if a prepared step serves them (``prepared``:
+    no compile to repay; ``cfbook.search.prepared``)."""
+    return _supported(model, x0, amp) and (
+        prepared
+        or (
+            _qualifies(model, x0)
+            and planned_steps >= AUTO_COMPILE_STEPS.get(x0.device.type, float("inf"))
+        )
     )
 
 
@@ -242,12 +249,39 @@ def _compile(
     categorical: tuple[int, tuple[bool, bool, bool] | None, bool] = (0, None, True),
     per_row_energy: bool = False,
 ) -> Callable[..., object]:
+    """``trace_step``'s graph compiled by inductor. Called directly, the result skips what a
+    ``torch.compile`` call costs on top (guards and frame handling, up to a few tenths of a
+    millisecond on a 2-core CPU: a tenth of a small model's pass)."""
+    graph, args = trace_step(
+        model,
+        state,
+        x0,
+        constraints,
+        has_bounds,
+        has_step_bounds,
+        with_cost,
+        categorical,
+        per_row_energy,
+    )
+    with torch.no_grad():
+        return torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")
+
+
+def trace_step(
+    model: nn.Module,
+    state: list[Tensor],
+    x0: Tensor,
+    constraints: list[Tensor],
+    has_bounds: bool,
+    has_step_bounds: bool,
+    with_cost: bool,
+    categorical: tuple[int, tuple[bool, bool, bool] | None, bool] = (0, None, True),
+    per_row_energy: bool = False,
+) -> tuple[torch.fx.GraphModule, list[Tensor]]:
     """Trace ``fused_step`` with the model as a pure function of its parameters and buffers
-    (``make_fx``, row count symbolic) and compile the graph with inductor. Called directly, the
-    result skips what a ``torch.compile`` call costs on top (guards and frame handling, up to a
-    few tenths of a millisecond on a 2-core CPU: a tenth of a small model's pass).
-    ``categorical``: how many of ``constraints`` are bounds (the rest are the one-hot groups'
-    tensors), the groups' ``CategoricalCode.layout()`` (None: no groups) and ``frozen``;
+    (``make_fx``, row count symbolic); return the graph and the fake arguments it was traced
+    with. ``categorical``: how many of ``constraints`` are bounds (the rest are the one-hot
+    groups' tensors), the groups' ``CategoricalCode.layout()`` (None: no groups) and ``frozen``;
     ``per_row_energy``: the energy weight is ``(n, 1)`` rather than 0-d."""
     # Imported here: they add most of a second to importing cfbook, and only a compile needs them.
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -316,10 +350,9 @@ def _compile(
     ]
     with torch.no_grad():
         graph = make_fx(iteration, tracing_mode="symbolic")(*args)
-        compiled = torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")
     if fake_mode.shape_env.guards:  # nothing would check them at a call: refuse the graph
         raise RuntimeError(
             "the graph holds only for some row counts: "
             + fake_mode.shape_env.format_guards().replace("\n", ";")
         )
-    return compiled
+    return graph, args

@@ -1,0 +1,183 @@
+"""Prepared search steps (cfbook.search.prepared): built once, loaded by later searches, the same
+bits as the compiled step, and never used where they were not built for."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import scaled_mlp
+from torch import nn
+
+from cfbook import NativeGenerator
+from cfbook.search import compiled, prepared
+
+N_FEATURES, N_CLASSES = 12, 4
+MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
+DOMAIN = (-1.0, 1.0)
+small_mlp = functools.partial(scaled_mlp, N_FEATURES, N_CLASSES)
+GENERATOR = NativeGenerator(tau=0.6, maxiter=30, compact_every=3, cf_batchsize=29)
+
+pytestmark = pytest.mark.skipif(
+    not compiled.compiler_available(), reason="prepared steps need torch 2.8 or later"
+)
+
+
+def factuals(model: nn.Module, n: int = 48, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, N_FEATURES, generator=g) * 2 - 1
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    return x, (pred + torch.randint(1, N_CLASSES, (n,), generator=g)) % N_CLASSES
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two packages, built once: the same layout with one energy weight and with one per row."""
+    path = tmp_path_factory.mktemp("prepared")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CFBOOK_PREPARED_DIR", str(path))
+        model, (x, _) = small_mlp(seed=5), factuals(small_mlp(seed=5))
+        for per_row in (False, True):
+            GENERATOR.prepare(
+                model, x, domain=DOMAIN, mutability=MUTABILITY, per_row_energy=per_row
+            )
+    assert len(list(path.glob("*.pt2"))) == 2
+    return path
+
+
+def search(generator: NativeGenerator, model: nn.Module, **kwargs: object):
+    x, target = factuals(model)
+    return generator.generate(model, x, target, domain=DOMAIN, mutability=MUTABILITY, **kwargs)
+
+
+def assert_identical(a, b) -> None:
+    for name in ("counterfactual", "nascent", "valid", "iterations"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["one-weight", "per-row"])
+def test_prepared_step_is_the_compiled_step_without_a_compile(folder, monkeypatch, per_row):
+    # Another model of the same architecture: a package serves the architecture, not weights.
+    model = small_mlp(seed=0)
+    energy = {"lambda_energy": torch.linspace(0.0, 2.0, 48)} if per_row else {}
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+    eager = search(GENERATOR, model, **energy)
+    built = search(replace(GENERATOR, compile=True), model, **energy)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(folder))
+    before = compiled.graphs_compiled()
+    auto = search(GENERATOR, model, **energy)  # 48 rows x 30 steps: far below any plan's bar
+    assert compiled.graphs_compiled() == before  # nothing compiled: the package ran
+    assert_identical(auto, built)
+    # ...and the search did take another path than without the package: not the eager bits.
+    assert not torch.equal(auto.counterfactual, eager.counterfactual)
+    assert auto.valid.any() and not auto.valid.all()
+
+
+def test_without_a_package_for_the_layout_auto_stays_eager(folder, monkeypatch):
+    model = small_mlp(seed=0)
+    x, target = factuals(model)
+    for kwargs, generator in [
+        ({"domain": DOMAIN}, GENERATOR),  # no mutability: another layout
+        # no cost term: another layout again
+        ({"domain": DOMAIN, "mutability": MUTABILITY}, replace(GENERATOR, lambda_cost=0.0)),
+    ]:
+        monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(folder))
+        auto = generator.generate(model, x, target, **kwargs)
+        monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+        eager = replace(generator, compile=False).generate(model, x, target, **kwargs)
+        assert_identical(auto, eager)
+    # compile=False stays eager even with a package.
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(folder))
+    kept = search(replace(GENERATOR, compile=False), model)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+    assert_identical(kept, search(GENERATOR, model))
+
+
+def test_the_key_names_everything_the_package_was_built_for():
+    model, x = small_mlp(), torch.zeros(4, N_FEATURES)
+    base = prepared.layout_key(model, x, True, True, True, False)
+    assert base is not None
+    assert base == prepared.layout_key(small_mlp(seed=3), x, True, True, True, False)
+    others = {
+        prepared.layout_key(model, x, *flags)
+        for flags in [
+            (False, True, True, False),
+            (True, False, True, False),
+            (True, True, False, False),
+            (True, True, True, True),
+        ]
+    }
+    wider = nn.Sequential(nn.Linear(N_FEATURES, 17), nn.ReLU(), nn.Linear(17, N_CLASSES))
+    others.add(prepared.layout_key(wider, x, True, True, True, False))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        others.add(prepared.layout_key(model, x, True, True, True, False))
+    finally:
+        torch.set_num_threads(threads)
+    assert base not in others and len(others) == 6
+    # Nothing else can be served: a model that is not a plain MLP, another dtype.
+    sub = type("MySequential", (nn.Sequential,), {})(*small_mlp())
+    assert prepared.layout_key(sub, x, True, True, True, False) is None
+    assert prepared.layout_key(model.double(), x.double(), True, True, True, False) is None
+
+
+def test_a_broken_package_warns_and_the_search_goes_on(tmp_path, monkeypatch):
+    model = small_mlp(seed=0)
+    x, target = factuals(model)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(tmp_path))
+    key = prepared.layout_key(model, x, True, True, True, False)
+    (tmp_path / f"{key}.pt2").write_bytes(b"not a package")
+    with pytest.warns(RuntimeWarning, match="could not be loaded"):
+        auto = search(GENERATOR, model)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+    assert_identical(auto, search(GENERATOR, model))
+
+
+def test_prepare_refuses_what_it_cannot_build(tmp_path, monkeypatch):
+    x = torch.zeros(4, N_FEATURES)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+    with pytest.raises(ValueError, match="prepared steps are off"):
+        GENERATOR.prepare(small_mlp(), x)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(tmp_path))
+    conv = nn.Sequential(nn.Linear(N_FEATURES, 8), nn.Tanh(), nn.Linear(8, N_CLASSES))
+    with pytest.raises(ValueError, match="plain MLP"):
+        GENERATOR.prepare(conv, x)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_folder_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(tmp_path))
+    assert prepared.prepared_dir() == tmp_path
+    monkeypatch.delenv("CFBOOK_PREPARED_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert prepared.prepared_dir() == tmp_path / "cache" / "cfbook" / "prepared"
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", "off")
+    assert prepared.prepared_dir() is None and prepared.load("step-x") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(tmp_path))
+        assert prepared.load("step-absent") is None  # absent: silently none
+
+
+def test_the_commands_that_make_shipped_results_turn_prepared_steps_off(monkeypatch, tmp_path):
+    from cfbook.commands import paper, pipeline
+    from cfbook.paper.settings import VARIANTS
+
+    seen: dict[str, Path | None] = {}
+
+    def record(name: str):
+        return lambda *args, **kwargs: seen.setdefault(name, prepared.prepared_dir())
+
+    monkeypatch.setenv(prepared.ENV, str(tmp_path))
+    monkeypatch.setattr(pipeline, "run_pipeline", record("pipeline"))
+    pipeline.main(["--profile", "smoke"])
+    monkeypatch.setenv(prepared.ENV, str(tmp_path))
+    monkeypatch.setattr(paper, "run_variant", record("paper"))
+    assert paper.main(["--variant", next(iter(VARIANTS)), "--out", str(tmp_path)]) == 0
+    assert seen == {"pipeline": None, "paper": None}
