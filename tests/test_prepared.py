@@ -38,7 +38,7 @@ def factuals(model: nn.Module, n: int = 48, seed: int = 1) -> tuple[torch.Tensor
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two packages, built once: the same layout with one energy weight and with one per row."""
-    path = tmp_path_factory.mktemp("prepared")
+    path = tmp_path_factory.mktemp("prepared") / "not" / "yet"  # prepare makes the folders
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CFBOOK_PREPARED_DIR", str(path))
         model, (x, _) = small_mlp(seed=5), factuals(small_mlp(seed=5))
@@ -114,17 +114,20 @@ def test_the_key_names_everything_the_package_was_built_for():
     }
     wider = nn.Sequential(nn.Linear(N_FEATURES, 17), nn.ReLU(), nn.Linear(17, N_CLASSES))
     others.add(prepared.layout_key(wider, x, True, True, True, False))
+    unbiased = nn.Sequential(nn.Linear(N_FEATURES, 16, bias=False), nn.ReLU(), small_mlp()[2])
+    others.add(prepared.layout_key(unbiased, x, True, True, True, False))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)
         others.add(prepared.layout_key(model, x, True, True, True, False))
     finally:
         torch.set_num_threads(threads)
-    assert base not in others and len(others) == 6
+    assert base not in others and len(others) == 7
     # Nothing else can be served: a model that is not a plain MLP, another dtype.
     sub = type("MySequential", (nn.Sequential,), {})(*small_mlp())
     assert prepared.layout_key(sub, x, True, True, True, False) is None
-    assert prepared.layout_key(model.double(), x.double(), True, True, True, False) is None
+    assert prepared.layout_key(model, x.double(), True, True, True, False) is None
+    assert prepared.layout_key(small_mlp().double(), x, True, True, True, False) is None
 
 
 def test_a_broken_package_warns_and_the_search_goes_on(tmp_path, monkeypatch):
@@ -157,6 +160,9 @@ def test_the_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("CFBOOK_PREPARED_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert prepared.prepared_dir() == tmp_path / "cache" / "cfbook" / "prepared"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert prepared.prepared_dir() == tmp_path / "home" / ".cache" / "cfbook" / "prepared"
     monkeypatch.setenv("CFBOOK_PREPARED_DIR", "off")
     assert prepared.prepared_dir() is None and prepared.load("step-x") is None
     with warnings.catch_warnings():

@@ -229,7 +229,7 @@ def build(
     )
     with torch.no_grad():
         program = torch.export.export(
-            _Returning(graph, len(state)), tuple(examples), dynamic_shapes=(dynamic,), strict=False
+            _Returning(graph, len(state)), tuple(examples), dynamic_shapes=(dynamic,)
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.stem}.{os.getpid()}.partial.pt2")
