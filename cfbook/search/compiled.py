@@ -161,8 +161,7 @@ def compile_search(
     ``step.fused_step``). Its inputs must be contiguous, as the search's buffers are.
     """
     global _compiles
-    state = [*(p.detach() for p in model.parameters()), *model.buffers()]
-    constraints = [*(bounds or ()), *(step_bounds or ())]
+    state, constraints = graph_inputs(model, bounds, step_bounds)
     n_constraints = len(constraints)
     layout = None if categorical is None else categorical.layout()
     if categorical is not None:
@@ -184,15 +183,17 @@ def compile_search(
     if key not in graphs:
         try:
             graphs[key] = _compile(
-                model,
-                state,
-                x0,
-                constraints,
-                bounds is not None,
-                step_bounds is not None,
-                with_cost,
-                (n_constraints, layout, frozen),
-                per_row_energy,
+                *trace_step(
+                    model,
+                    state,
+                    x0,
+                    constraints,
+                    bounds is not None,
+                    step_bounds is not None,
+                    with_cost,
+                    (n_constraints, layout, frozen),
+                    per_row_energy,
+                )
             )
             _compiles += 1
         except Exception as err:  # noqa: BLE001 - any compiler failure means: search eagerly
@@ -208,21 +209,40 @@ def compile_search(
     graph = graphs[key]
 
     def step(ws: WorkingSet, phi: Tensor, scalars: Tensor) -> None:
-        graph(
-            *state,
-            ws.x,
-            ws.x0,
-            ws.nascent,
-            ws.within,
-            ws.active,
-            ws.iterations,
-            ws.target,
-            phi,
-            scalars,
-            *constraints,
-        )
+        graph(*step_arguments(state, ws, phi, scalars, constraints))
 
     return step
+
+
+def graph_inputs(
+    model: nn.Module,
+    bounds: tuple[Tensor, Tensor] | None,
+    step_bounds: tuple[Tensor, Tensor] | None,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The step graph's fixed inputs: the model's parameters and buffers (``state``), and the
+    domain's and then the step's bounds, where there are any (``constraints``)."""
+    state = [*(p.detach() for p in model.parameters()), *model.buffers()]
+    return state, [*(bounds or ()), *(step_bounds or ())]
+
+
+def step_arguments(
+    state: list[Tensor], ws: WorkingSet, phi: Tensor, scalars: Tensor, constraints: list[Tensor]
+) -> list[Tensor]:
+    """The step graph's arguments in its order (``trace_step``): the model's tensors, the
+    working set's, the energy weight, the scalars, the constraints."""
+    return [
+        *state,
+        ws.x,
+        ws.x0,
+        ws.nascent,
+        ws.within,
+        ws.active,
+        ws.iterations,
+        ws.target,
+        phi,
+        scalars,
+        *constraints,
+    ]
 
 
 def _fingerprint(model: nn.Module) -> tuple:
@@ -238,31 +258,10 @@ def _fingerprint(model: nn.Module) -> tuple:
     )
 
 
-def _compile(
-    model: nn.Module,
-    state: list[Tensor],
-    x0: Tensor,
-    constraints: list[Tensor],
-    has_bounds: bool,
-    has_step_bounds: bool,
-    with_cost: bool,
-    categorical: tuple[int, tuple[bool, bool, bool] | None, bool] = (0, None, True),
-    per_row_energy: bool = False,
-) -> Callable[..., object]:
+def _compile(graph: torch.fx.GraphModule, args: list[Tensor]) -> Callable[..., object]:
     """``trace_step``'s graph compiled by inductor. Called directly, the result skips what a
     ``torch.compile`` call costs on top (guards and frame handling, up to a few tenths of a
     millisecond on a 2-core CPU: a tenth of a small model's pass)."""
-    graph, args = trace_step(
-        model,
-        state,
-        x0,
-        constraints,
-        has_bounds,
-        has_step_bounds,
-        with_cost,
-        categorical,
-        per_row_energy,
-    )
     with torch.no_grad():
         return torch._inductor.standalone_compile(graph, args, dynamic_shapes="from_graph")
 

@@ -45,6 +45,10 @@ class Constraints:
     def has_mutability(self) -> bool:
         return self.immutable is not None
 
+    def bounds(self) -> tuple[Tensor, Tensor] | None:
+        """The domain's (lower, upper) bounds, None without a domain: the compiled step's form."""
+        return None if self.lower is None else (self.lower, self.upper)
+
     def decode(self, x: Tensor) -> Tensor:
         """``x`` with its one-hot groups decoded (``CategoricalCode.decode``); ``x`` itself when
         there are none."""

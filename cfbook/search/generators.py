@@ -346,11 +346,10 @@ class NativeGenerator(SearchParameters):
         (none with one-hot groups or ``amp``)."""
         if c.categorical is not None or self.amp is not None or chunk.shape[0] < 2:
             return None
-        bounds = None if c.lower is None else (c.lower, c.upper)
         return prepared.step_for(
             model,
             chunk,
-            bounds,
+            c.bounds(),
             c.step_bounds(chunk.dtype),
             self.lambda_cost != 0,
             per_row_energy,
@@ -370,14 +369,14 @@ class NativeGenerator(SearchParameters):
         this generator's cost term on or off and, with ``per_row_energy``, one energy weight
         per row (``generate(..., lambda_energy=...)``). From then on every such search on this
         machine, in any process with the same torch thread count, runs it with no compile: see
-        ``cfbook.search.prepared``. Returns the package's path. Took 9-11 s for the MNIST MLP on
-        a 2-core CPU, 16.5 s with inductor's cache cold (the first compile on a machine)."""
+        ``cfbook.search.prepared``. Returns the package's path. Took 7.9 s for the MNIST MLP on
+        a 2-core CPU, 18.3 s with inductor's cache cold (the first compile on a machine; benchmark
+        12)."""
         target = torch.zeros(x.shape[0], dtype=torch.long)
         x, _, c = prepare_search(model, x, target, domain, mutability)
-        bounds = None if c.lower is None else (c.lower, c.upper)
         with eval_mode(model):
             return prepared.build(
-                model, x, bounds, c.step_bounds(x.dtype), self.lambda_cost != 0, per_row_energy
+                model, x, c.bounds(), c.step_bounds(x.dtype), self.lambda_cost != 0, per_row_energy
             )
 
     def _step_settings(self) -> StepSettings:
@@ -399,13 +398,11 @@ class NativeGenerator(SearchParameters):
         step = None
         if use_fused(compiled, model, x0, self.amp):
             x0, target = x0.contiguous(), target.contiguous()  # as the graph assumes
-            bounds = None if c.lower is None else (c.lower, c.upper)
-            step_bounds = c.step_bounds(x0.dtype)
             step = self._prepared(model, x0, c, energy is not None) or compile_search(
                 model,
                 x0,
-                bounds,
-                step_bounds,
+                c.bounds(),
+                c.step_bounds(x0.dtype),
                 self.lambda_cost != 0,
                 categorical=c.categorical,
                 frozen=self.frozen,

@@ -150,24 +150,11 @@ def step_for(
     runner = load(key)
     if runner is None:
         return None
-    state = [*(p.detach() for p in model.parameters()), *model.buffers()]
-    constraints = [*(bounds or ()), *(step_bounds or ())]
+    state, constraints = compiled.graph_inputs(model, bounds, step_bounds)
 
     def run(ws: WorkingSet, phi: Tensor, scalars: Tensor) -> None:
         ws.x, ws.nascent, ws.within, ws.active, ws.iterations = runner(
-            [
-                *state,
-                ws.x,
-                ws.x0,
-                ws.nascent,
-                ws.within,
-                ws.active,
-                ws.iterations,
-                ws.target,
-                phi,
-                scalars,
-                *constraints,
-            ]
+            compiled.step_arguments(state, ws, phi, scalars, constraints)
         )
 
     return run
@@ -204,8 +191,7 @@ def build(
             f"prepared steps are off (CFBOOK_PREPARED_DIR={OFF}); set CFBOOK_PREPARED_DIR to a "
             "folder, or unset it, to prepare one"
         )
-    state = [*(p.detach() for p in model.parameters()), *model.buffers()]
-    constraints = [*(bounds or ()), *(step_bounds or ())]
+    state, constraints = compiled.graph_inputs(model, bounds, step_bounds)
     graph, _ = compiled.trace_step(
         model,
         state,
