@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-from torchvision.models import resnet18
 
 __all__ = [
     "IMAGE_SHAPE",
@@ -49,6 +48,8 @@ class FlatImageClassifier(nn.Module):
 
 def resnet18_mnist(num_classes: int = 10) -> nn.Module:
     """torchvision ResNet-18 (random init, never downloaded weights) with a 1-channel stem."""
+    from torchvision.models import resnet18  # lazily: 1 s of import time
+
     net = resnet18(weights=None, num_classes=num_classes)
     stem = net.conv1
     net.conv1 = nn.Conv2d(

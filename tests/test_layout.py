@@ -79,6 +79,20 @@ def test_importing_the_library_loads_no_book_machinery():
     assert out.stdout.strip() == "[]"
 
 
+def test_importing_the_library_leaves_torchvision_and_sklearn_unloaded():
+    # Each takes about a second to import (torchvision pulls in torch._dynamo); only ResNet-18,
+    # reading MNIST's files and the sklearn generators need them, so they load when used.
+    code = (
+        "import sys, cfbook, cfbook.data, cfbook.evaluation, cfbook.search, cfbook.training; "
+        "print(sorted(m for m in ('torchvision', 'sklearn', 'torch._dynamo') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    code = "import sys, cfbook; cfbook.resnet18_mnist(); print('torchvision' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
 def test_the_named_mutants_still_apply():
     # scripts/named_mutants.py replaces exact text: a refactor that moves it must update the
     # edit (the script refuses to run otherwise), so the suite checks the texts are there.

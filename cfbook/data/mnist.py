@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torchvision.datasets.mnist import read_image_file, read_label_file
-from torchvision.datasets.utils import check_integrity
 
 from cfbook.data.loader import DeviceLoader
 from cfbook.data.paths import display_path, find_data_dir
@@ -116,6 +114,8 @@ def _prepare_file(raw: Path, name: str, n_samples: int, header: int, row: int) -
     """Return the uncompressed file, verified via its .gz checksum; None if neither form exists."""
     target, gz_path = raw / name, raw / f"{name}.gz"
     if gz_path.is_file():
+        from torchvision.datasets.utils import check_integrity  # lazily: 1 s of import time
+
         expected = _MD5[gz_path.name]
         if not any(check_integrity(str(gz_path), md5) for md5 in expected):
             raise ValueError(
@@ -147,6 +147,8 @@ def _locate_split(raw: Path, split: str) -> tuple[Path, Path] | None:
 
 def _read_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """Read an idx image/label pair and check it is MNIST-shaped (28x28 images, labels 0-9)."""
+    from torchvision.datasets.mnist import read_image_file, read_label_file
+
     try:
         images = read_image_file(str(images_path))
         labels = read_label_file(str(labels_path))

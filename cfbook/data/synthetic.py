@@ -13,14 +13,14 @@ paper's (hard-coded below).
 ``make_circles`` and ``make_moons`` with the same arguments, split 80/20 by a seeded shuffle. Three
 of the four differ from MLJ's: sklearn draws its own blob centres (10 apart instead of 5.76), puts
 its second moon at ``0.5 - sin t`` (MLJ: ``0.3 - sin t``) and labels the outer circle 0 (MLJ: the
-inner one). Their features keep their scale, as in TaijaData.
+inner one). Their features keep their scale, as in TaijaData. sklearn is imported only when asked
+for: it alone took a second of ``import cfbook``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.datasets import make_blobs, make_circles, make_moons
 
 from cfbook.data.tabular import TRAIN_SHARE, TabularData, build
 
@@ -136,6 +136,8 @@ def _blobs(
 ) -> TabularData:
     _check(generator, n)
     if generator == "sklearn":
+        from sklearn.datasets import make_blobs
+
         x, y = make_blobs(n, centers=2, cluster_std=std, random_state=seed)
         return _synthetic(name, x, y, device, f"sklearn make_blobs(cluster_std={std})")
     x, y = mlj_blobs(max(N_DRAWN, n), std, np.random.default_rng(seed))
@@ -176,6 +178,8 @@ def load_circles(
     disc, with ``"sklearn"`` the outer ring."""
     _check(generator, n)
     if generator == "sklearn":
+        from sklearn.datasets import make_circles
+
         x, y = make_circles(n, noise=0.15, factor=0.01, random_state=seed)
         return _synthetic("circles", x, y, device, "sklearn make_circles(noise=0.15, factor=0.01)")
     x, y = mlj_circles(max(N_DRAWN, n), 0.15, 0.01, np.random.default_rng(seed))
@@ -193,6 +197,8 @@ def load_moons(
     centred at (1, 0.3), with ``"sklearn"`` at (1, 0.5)."""
     _check(generator, n)
     if generator == "sklearn":
+        from sklearn.datasets import make_moons
+
         x, y = make_moons(n, noise=0.1, random_state=seed)
         return _synthetic("moons", x, y, device, "sklearn make_moons(noise=0.1)")
     x, y = mlj_moons(max(N_DRAWN, n), 0.1, np.random.default_rng(seed))
