@@ -13,7 +13,8 @@ import torch
 from conftest import scaled_mlp
 from torch import nn
 
-from cfbook import NativeGenerator
+from cfbook import FullObjective, NativeGenerator, counterfactual_training
+from cfbook.data import DeviceLoader
 from cfbook.search import compiled, prepared
 
 N_FEATURES, N_CLASSES = 12, 4
@@ -76,6 +77,101 @@ def test_prepared_step_is_the_compiled_step_without_a_compile(folder, monkeypatc
     # ...and the search did take another path than without the package: not the eager bits.
     assert not torch.equal(auto.counterfactual, eager.counterfactual)
     assert auto.valid.any() and not auto.valid.all()
+
+
+def train(generator: NativeGenerator, checkpoint_dir: Path | None = None, stop_after: int = 0):
+    """A small CT run searching 32 counterfactuals in each of 4 epochs (3,840 planned steps, far
+    below any plan's bar) under the packages' layout; with ``stop_after``, interrupted there."""
+    model = small_mlp(seed=2)
+    x, y = factuals(model, n=96, seed=3)
+
+    def stop(record) -> None:
+        if record.epoch == stop_after:
+            raise RuntimeError("interrupted")
+
+    return counterfactual_training(
+        FullObjective(),
+        model,
+        generator,
+        DeviceLoader(x, y, 32, seed=0),
+        torch.optim.Adam(model.parameters(), lr=1e-2),
+        device="cpu",
+        nepochs=4,
+        domain=DOMAIN,
+        mutability=MUTABILITY,
+        nce=32,
+        verbose=0,
+        checkpoint_dir=checkpoint_dir,
+        callback=stop,
+    )
+
+
+def assert_same_run(a, b) -> None:
+    for (name, p), q in zip(a[0].state_dict().items(), b[0].state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    for name in ("train_loss", "implaus", "percent_valid", "avg_iter"):
+        assert a[1].column(name) == b[1].column(name), name
+
+
+def test_training_takes_a_prepared_step_and_its_resume_keeps_the_decision(
+    folder, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+    eager = train(GENERATOR)
+    assert eager[1].meta["search_compile"] == {
+        "compile": "auto",
+        "compiled": False,
+        "planned_steps": 3840,
+    }
+    built = train(replace(GENERATOR, compile=True))
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(folder))
+    before = compiled.graphs_compiled()
+    auto = train(GENERATOR)
+    assert compiled.graphs_compiled() == before  # nothing compiled: the package ran
+    assert auto[1].meta["search_compile"] == {
+        "compile": "auto",
+        "compiled": True,
+        "planned_steps": 3840,
+        "prepared": True,
+    }
+    assert_same_run(auto, built)
+    assert not torch.equal(auto[0][0].weight, eager[0][0].weight)  # not the eager path
+    # Interrupted with the package, resumed without it: the saved decision holds, and
+    # compile=True gives the package's bits.
+    with pytest.raises(RuntimeError, match="interrupted"):
+        train(GENERATOR, tmp_path, stop_after=2)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", prepared.OFF)
+    assert_same_run(train(GENERATOR, tmp_path), auto)
+
+
+def test_a_run_over_several_processes_leaves_prepared_steps_out(folder, monkeypatch):
+    # Its processes may run on machines with different packages, and must all decide alike.
+    from cfbook.training import distributed
+    from cfbook.training.counterfactuals import plan_epoch_search
+
+    model = small_mlp(seed=2)
+    x, y = factuals(model, n=96, seed=3)
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(folder))
+    plans = {}
+    for world in (1, 2):
+        monkeypatch.setattr(distributed, "world_size", lambda world=world: world)
+        search = plan_epoch_search(
+            GENERATOR,
+            model,
+            x,
+            y,
+            nce=32,
+            search_epochs=4,
+            n_batches=3,
+            n_classes=N_CLASSES,
+            domain=DOMAIN,
+            mutability=MUTABILITY,
+            mature="neighbour",
+            saved_plan=None,
+        )
+        plans[world] = search.plan
+    assert plans[1]["compiled"] and plans[1]["prepared"]
+    assert plans[2] == {"compile": "auto", "compiled": False, "planned_steps": 3840}
 
 
 def test_without_a_package_for_the_layout_auto_stays_eager(folder, monkeypatch):

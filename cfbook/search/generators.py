@@ -307,6 +307,8 @@ class NativeGenerator(SearchParameters):
         rows: Tensor,
         planned_rows: int,
         saved: dict[str, Any] | None = None,
+        *,
+        constraints: Constraints | None = None,
     ) -> tuple[NativeGenerator, dict[str, Any]]:
         """``compile`` settled once (True or False) for a run of searches with rows like
         ``rows`` (split by ``cf_batchsize`` as ``generate`` splits them) that search
@@ -314,14 +316,25 @@ class NativeGenerator(SearchParameters):
         epoch and uses the generator it returns for every search, so that they all take the
         same path, whatever ran before in the process and wherever the run was resumed (an
         interrupted run's ``saved`` decision under ``"auto"`` is kept, even if the rule has
-        changed since)."""
+        changed since, or the prepared step it counted on is gone: ``compile=True`` gives its
+        bits). ``constraints``: the searches' domain and mutability, so that "auto" takes a
+        step prepared for them (``prepare``) whatever the plan, as ``generate`` does; None
+        leaves prepared steps out of the decision (``counterfactual_training`` passes None
+        across several processes, which may not share a machine and must decide alike)."""
         if saved and self.compile == saved.get("compile") == "auto":
             return replace(self, compile=bool(saved["compiled"])), dict(saved)
         planned_steps = planned_rows * self.maxiter
         chunk = rows[: self.cf_batchsize or max(rows.shape[0], 1)]
         with eval_mode(model):
-            compiled = self._compiles(self.compile, model, chunk, planned_steps)
+            ready = (
+                self.compile == "auto"
+                and constraints is not None
+                and self._prepared(model, chunk, constraints, False) is not None
+            )
+            compiled = self._compiles(self.compile, model, chunk, planned_steps, ready)
         record = {"compile": self.compile, "compiled": compiled, "planned_steps": planned_steps}
+        if ready:
+            record["prepared"] = True
         return replace(self, compile=compiled), record
 
     def _compiles(
@@ -368,7 +381,8 @@ class NativeGenerator(SearchParameters):
         from rows like ``x`` (their feature count) under ``domain`` and ``mutability``, with
         this generator's cost term on or off and, with ``per_row_energy``, one energy weight
         per row (``generate(..., lambda_energy=...)``). From then on every such search on this
-        machine, in any process with the same torch thread count, runs it with no compile: see
+        machine, in any process with the same torch thread count, runs it with no compile, the
+        searches of a ``counterfactual_training`` run in one process included: see
         ``cfbook.search.prepared``. Returns the package's path. Took 7.9 s for the MNIST MLP on
         a 2-core CPU, 18.3 s with inductor's cache cold (the first compile on a machine; benchmark
         12)."""

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from cfbook.evaluation.metrics import predict
 from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
+from cfbook.search.generators import NativeGenerator
 from cfbook.search.interface import Generator
 from cfbook.search.targets import draw_targets, label_levels, uniform_draws
 from cfbook.training import distributed
@@ -115,7 +116,12 @@ def plan_epoch_search(
     world = distributed.world_size()
     rows = distributed.shard_rows(nce) if world > 1 else None
     share = x_all[: -(-nce // world)]  # the rows one process searches per epoch, at most
-    planned, plan = generator.plan(model, share, search_epochs * nce, saved_plan)
+    constraints = make_constraints(domain, mutability, x_all.shape[1], device=x_all.device)
+    # A prepared step counts in one process only: several may run on machines that differ.
+    layout = {"constraints": constraints} if isinstance(generator, NativeGenerator) else {}
+    planned, plan = generator.plan(
+        model, share, search_epochs * nce, saved_plan, **(layout if world == 1 else {})
+    )
     return EpochSearch(
         generator=planned,
         plan=plan,
@@ -124,7 +130,7 @@ def plan_epoch_search(
         chunks=chunk_bounds(nce if rows is None else rows.stop - rows.start, n_batches),
         levels=label_levels(y_all),
         neighbours=NeighbourSampler(y_all, n_classes),
-        constraints=make_constraints(domain, mutability, x_all.shape[1], device=x_all.device),
+        constraints=constraints,
         domain=domain,
         mutability=mutability,
         mature=mature,
