@@ -2,6 +2,7 @@
 timed on the problem the parent wrote (MLP weights, digits, targets in one ``.npz``).
 
     python -m benchmarks.peer_side relax|cfbook PROBLEM --n N --steps S [--compile auto|true]
+        [--batch ROWS]
     python -m benchmarks.peer_side prepare PROBLEM
 
 Prints one JSON line: the first call's seconds (tracing and compiling included), the seconds of
@@ -14,6 +15,7 @@ call" means first in a process.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -88,9 +90,11 @@ def cfbook_side(
     budget: float,
     compile: str,
     threads: int,
+    batch: int = 0,
 ):
-    """cfbook's ``NativeGenerator`` with its defaults but ``maxiter`` and ``compile``, and tau
-    1.0 so that no row stops early: every row takes ``steps`` steps, as ReLax's do."""
+    """cfbook's ``NativeGenerator`` with its defaults but ``maxiter``, ``compile`` and, where
+    ``batch`` is not 0, ``cf_batchsize``, and tau 1.0 so that no row stops early: every row takes
+    ``steps`` steps, as ReLax's do. ``digest`` fingerprints the results' bits."""
     import torch
 
     from cfbook.search.generators import NativeGenerator
@@ -100,11 +104,18 @@ def cfbook_side(
     x = torch.from_numpy(problem["x"][:n])
     target = torch.from_numpy(problem["target"][:n]).long()
     setting: bool | str = {"auto": "auto", "true": True, "false": False}[compile]
-    search = NativeGenerator(maxiter=steps, tau=1.0, compile=setting)
+    search = NativeGenerator(maxiter=steps, tau=1.0, compile=setting, cf_batchsize=batch or None)
     first, times, out = _repeat(
         lambda: search.generate(model, x, target, domain=(LOW, HIGH)), repeats, budget
     )
-    return {"first": first, "times": times, "mean_steps": float(out.iterations.float().mean())}
+    digest = hashlib.sha256(out.counterfactual.numpy().tobytes())
+    digest.update(out.nascent.numpy().tobytes())
+    return {
+        "first": first,
+        "times": times,
+        "mean_steps": float(out.iterations.float().mean()),
+        "digest": digest.hexdigest(),
+    }
 
 
 def prepare_side(problem: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
@@ -131,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=float, default=10.0)
     parser.add_argument("--compile", choices=("auto", "true", "false"), default="auto")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--batch", type=int, default=0, help="cf_batchsize (0: the default)")
     args = parser.parse_args(argv)
     with np.load(args.problem) as stored:
         problem = {k: stored[k] for k in stored.files}
@@ -140,7 +152,14 @@ def main(argv: list[str] | None = None) -> None:
         result = relax_side(problem, args.n, args.steps, args.repeats, args.budget)
     else:
         result = cfbook_side(
-            problem, args.n, args.steps, args.repeats, args.budget, args.compile, args.threads
+            problem,
+            args.n,
+            args.steps,
+            args.repeats,
+            args.budget,
+            args.compile,
+            args.threads,
+            args.batch,
         )
     print(json.dumps(result))
 

@@ -31,6 +31,7 @@ from benchmarks.fixtures import SEED, trained_model
 from cfbook.data import load_mnist
 from cfbook.evaluation.metrics import predict
 from cfbook.search import prepared
+from cfbook.search.generators import CPU_CHUNK_ELEMENTS, chunk_rows
 
 TITLE = "12. Against ReLax: the same search problem, side by side"
 PEERS = ("jax", "relax", "nbdev", "fastcore")
@@ -109,6 +110,8 @@ def run(ctx: Context) -> list[Table]:
             "ReLax jit(vmap)",
             "cfbook default",
             "ratio",
+            "default, one batch",
+            "ratio",
             "default, prepared step",
             "ratio",
             "cfbook compile=True",
@@ -127,6 +130,7 @@ def run(ctx: Context) -> list[Table]:
             "cfbook compile=True, cold cache",
             "warm cache",
             "default's steps per row",
+            "chunks' bits = one batch's",
         ],
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,6 +145,7 @@ def run(ctx: Context) -> list[Table]:
                 cache = str(Path(tmp) / f"inductor-{n}-{steps}")
                 relax = measure(ctx, "relax", problem, n, steps)
                 default = measure(ctx, "cfbook", problem, n, steps, compile="auto")
+                whole = measure(ctx, "cfbook", problem, n, steps, compile="auto", batch=str(n))
                 ready = measure(ctx, "cfbook", problem, n, steps, compile="auto", prepared=folder)
                 cold = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
                 warm = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
@@ -149,6 +154,8 @@ def run(ctx: Context) -> list[Table]:
                     fmt_seconds(relax["median"]),
                     fmt_seconds(default["median"]),
                     fmt_ratio(default["median"] / relax["median"]),
+                    fmt_seconds(whole["median"]),
+                    fmt_ratio(whole["median"] / relax["median"]),
                     fmt_seconds(ready["median"]),
                     fmt_ratio(ready["median"] / relax["median"]),
                     fmt_seconds(warm["median"]),
@@ -164,6 +171,7 @@ def run(ctx: Context) -> list[Table]:
                     fmt_seconds(cold["first"]),
                     fmt_seconds(warm["first"]),
                     f"{default['mean_steps']:.1f}",
+                    "yes" if default["digest"] == whole["digest"] else "NO",
                 )
     speed.notes.append(
         "Same MLP weights (784-32-10), digits and targets on both sides; each side in its own "
@@ -174,7 +182,12 @@ def run(ctx: Context) -> list[Table]:
         "both clip to [-1, 1] every step. ReLax 0.2.9's VanillaCF runs under jax.jit(vmap), "
         "its progress bar included, as the library ships it. cfbook default: "
         "NativeGenerator(maxiter=steps, tau=1.0), compile='auto', which decides from the call's "
-        "own rows x steps, on a machine without prepared steps (CFBOOK_PREPARED_DIR=off). "
+        "own rows x steps, on a machine without prepared steps (CFBOOK_PREPARED_DIR=off), "
+        f"in chunks of at most {CPU_CHUNK_ELEMENTS:,} numbers (CPU_CHUNK_ELEMENTS; "
+        f"{chunk_rows(None, torch.empty(10_000, 784)):,} rows of 784 at N = 10,000). "
+        "Default, one batch: the same call with cf_batchsize = N, as the default "
+        "searched before 2026-12-05 (the next table's last column compares the two results' "
+        "bits). "
         "Default, prepared step: the same call where NativeGenerator.prepare has built the "
         "step for this layout beforehand (once, for every row count and step count, in a "
         f"process of its own: {cold_build['seconds']:.1f} s with inductor's cache cold, the "

@@ -2,6 +2,8 @@ import functools
 import gc
 import math
 import os
+import subprocess
+import sys
 import warnings
 import weakref
 from dataclasses import replace
@@ -562,6 +564,55 @@ def test_auto_compiles_large_cheap_searches_whose_planned_work_repays_the_compil
     assert not compiled.auto_compiles(cheap, big, None, 10 * enough)
     with pytest.raises(ValueError, match="compile must be"):
         NativeGenerator(compile="always")
+
+
+def test_a_cpu_search_without_cf_batchsize_splits_into_equal_chunks(monkeypatch):
+    rows = functools.partial(generators.chunk_rows, None)
+    assert rows(torch.empty(10_000, 784)) == 5_000  # 2^22 numbers hold 5,349 rows: two chunks
+    assert rows(torch.empty(5_349, 784)) == 5_349  # one batch up to the limit...
+    assert rows(torch.empty(5_350, 784)) == 2_675  # ...then halves, not 5,349 + 1
+    assert rows(torch.empty(20_000, 784)) == 5_000
+    assert rows(torch.empty(3_000, 100_000)) == 1_000  # many features: 1,024 rows at most
+    assert rows(torch.empty(0, 784)) == 1
+    assert rows(torch.empty(10_000, 784, device="meta")) == 10_000  # not on a CPU: one batch
+    assert generators.chunk_rows(64, torch.empty(10_000, 784)) == 64  # as set
+    # A search takes its rows in those chunks, and plans from one of them.
+    monkeypatch.setattr(generators, "CPU_CHUNK_ELEMENTS", 20 * N_FEATURES)
+    monkeypatch.setattr(generators, "CPU_CHUNK_MIN_ROWS", 2)
+    sizes: list[int] = []
+    search = NativeGenerator._search
+    monkeypatch.setattr(
+        NativeGenerator,
+        "_search",
+        lambda self, model, x0, *a, **k: sizes.append(len(x0)) or search(self, model, x0, *a, **k),
+    )
+    model = small_mlp(seed=8)
+    x, target = factuals(model)  # 48 rows: three chunks of 16
+    gen = NativeGenerator(tau=0.6, compile=False)
+    chunked = gen.generate(model, x, target, domain=(-1.0, 1.0))
+    assert sizes == [16, 16, 16]
+    sizes.clear()
+    whole = replace(gen, cf_batchsize=48).generate(model, x, target, domain=(-1.0, 1.0))
+    assert sizes == [48]
+    assert_same_search(chunked, whole)
+    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 16 * N_FEATURES + 1)
+    auto = NativeGenerator(tau=0.6)
+    assert auto.plan(model, x, 10**9)[1]["compiled"] is False  # a chunk is too small to pay
+    assert replace(auto, cf_batchsize=48).plan(model, x, 10**9)[1]["compiled"] is True
+
+
+def test_a_lone_search_below_the_plans_bar_loads_no_compiler_machinery():
+    # Counting the model's FLOPs (is the compiled step faster?) imports most of torch._dynamo,
+    # 0.9 s of a fresh process's first search; a search too small to compile never asks.
+    code = (
+        "import sys, torch; from cfbook import NativeGenerator, mlp; "
+        "x = torch.rand(400, 784) * 2 - 1; target = torch.randint(0, 10, (400,)); "
+        "NativeGenerator(maxiter=5).generate(mlp(), x, target, domain=(-1.0, 1.0)); "
+        "print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert compiled.AUTO_MIN_ELEMENTS <= 400 * 784  # large enough to be counted, were it asked
 
 
 def test_auto_decides_a_search_from_its_own_size_and_a_run_from_its_plan(monkeypatch):

@@ -109,11 +109,13 @@ def auto_compiles(
     ``planned_steps`` counterfactual-steps: compile if the compiled step is faster for them and
     the work is enough to repay the compile, or if a prepared step serves them (``prepared``:
     no compile to repay; ``cfbook.search.prepared``)."""
+    # The plan first: counting the model's FLOPs (_qualifies) imports most of torch._dynamo the
+    # first time in a process, 0.9 s that a lone search below the bar should not pay.
     return _supported(model, x0, amp) and (
         prepared
         or (
-            _qualifies(model, x0)
-            and planned_steps >= AUTO_COMPILE_STEPS.get(x0.device.type, float("inf"))
+            planned_steps >= AUTO_COMPILE_STEPS.get(x0.device.type, float("inf"))
+            and _qualifies(model, x0)
         )
     )
 
