@@ -74,8 +74,8 @@ EDITS = (
     Edit(
         "the eager step's leaving rows keep the new point, not the last one within epsilon",
         "cfbook/search/step.py",
-        "_store_leaving(ws.nascent, previous, ws.within & ~within)",
-        "_store_leaving(ws.nascent, point, ws.within & ~within)",
+        "_store_leaving(ws.nascent, previous, ws.within > within)",
+        "_store_leaving(ws.nascent, point, ws.within > within)",
         ("tests/test_generators.py",),
     ),
     Edit(

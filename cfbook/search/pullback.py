@@ -36,6 +36,8 @@ class PlainMLP:
 
     def __init__(self, layers: list[nn.Module]) -> None:
         self.layers = layers
+        # The weights' transposes, as views made once (a search's weights do not change).
+        self._transposed = [m.weight.t() if isinstance(m, nn.Linear) else None for m in layers]
         self._inputs: list[Tensor] = []
         self._buffers: dict[tuple[str, int], Tensor] = {}
         self._weight_max: float | None = None
@@ -71,9 +73,9 @@ class PlainMLP:
         for i, layer in enumerate(self.layers):
             self._inputs.append(x)
             if isinstance(layer, nn.Linear):
-                w, b = layer.weight, layer.bias
-                out = self._buffer("forward", i, x, w.shape[0])
-                x = torch.mm(x, w.t(), out=out) if b is None else torch.addmm(b, x, w.t(), out=out)
+                wt, b = self._transposed[i], layer.bias
+                out = self._buffer("forward", i, x, wt.shape[1])
+                x = torch.mm(x, wt, out=out) if b is None else torch.addmm(b, x, wt, out=out)
                 owned = True
             else:
                 x = x.relu_() if owned else x.relu()
@@ -90,7 +92,7 @@ class PlainMLP:
             if isinstance(layer, nn.Linear):
                 w = layer.weight
                 if inp.stride(0) == 1 and inp.stride(1) == inp.shape[0]:
-                    grad = w.t().mm(grad.t()).t()  # autograd's order for a column-major input
+                    grad = self._transposed[i].mm(grad.t()).t()  # autograd's order, column-major
                 else:
                     target = out if i == 0 else self._buffer("backward", i, grad, w.shape[1])
                     if i == 0 and bound:
