@@ -574,6 +574,7 @@ def test_a_cpu_search_without_cf_batchsize_splits_into_equal_chunks(monkeypatch)
     assert rows(torch.empty(20_000, 784)) == 5_000
     assert rows(torch.empty(3_000, 100_000)) == 1_000  # many features: 1,024 rows at most
     assert rows(torch.empty(0, 784)) == 1
+    assert rows(torch.empty(5_000_000, 1)) == 2_500_000  # one feature: 2^22 rows a chunk
     assert rows(torch.empty(10_000, 784, device="meta")) == 10_000  # not on a CPU: one batch
     assert generators.chunk_rows(64, torch.empty(10_000, 784)) == 64  # as set
     # A search takes its rows in those chunks, and plans from one of them.

@@ -144,7 +144,7 @@ def test_training_takes_a_prepared_step_and_its_resume_keeps_the_decision(
     assert_same_run(train(GENERATOR, tmp_path), auto)
 
 
-def test_a_run_over_several_processes_leaves_prepared_steps_out(folder, monkeypatch):
+def test_a_run_over_several_processes_leaves_prepared_steps_out(folder, monkeypatch, tmp_path):
     # Its processes may run on machines with different packages, and must all decide alike.
     from cfbook.training import distributed
     from cfbook.training.counterfactuals import plan_epoch_search
@@ -172,6 +172,15 @@ def test_a_run_over_several_processes_leaves_prepared_steps_out(folder, monkeypa
         plans[world] = search.plan
     assert plans[1]["compiled"] and plans[1]["prepared"]
     assert plans[2] == {"compile": "auto", "compiled": False, "planned_steps": 3840}
+    # Training searches with one energy weight: a package for per-row weights does not serve.
+    only = tmp_path / "per-row"
+    only.mkdir()
+    key = prepared.layout_key(model, x, True, True, True, True)
+    (only / f"{key}.pt2").write_bytes((folder / f"{key}.pt2").read_bytes())
+    monkeypatch.setenv("CFBOOK_PREPARED_DIR", str(only))
+    monkeypatch.setattr(distributed, "world_size", lambda: 1)
+    _, plan = GENERATOR.plan(model, x, 3840 // GENERATOR.maxiter, constraints=search.constraints)
+    assert plan == {"compile": "auto", "compiled": False, "planned_steps": 3840}
 
 
 def test_without_a_package_for_the_layout_auto_stays_eager(folder, monkeypatch):
