@@ -10,6 +10,8 @@ import contextlib
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +40,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def fresh_python(code: str) -> str:
+    """What ``code`` prints in a fresh Python process (what a new session imports, say)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
 
 
 def scaled_mlp(n_features: int, n_classes: int, seed: int = 0, scale: float = 3.0) -> nn.Module:

@@ -2,15 +2,13 @@ import functools
 import gc
 import math
 import os
-import subprocess
-import sys
 import warnings
 import weakref
 from dataclasses import replace
 
 import pytest
 import torch
-from conftest import scaled_mlp
+from conftest import fresh_python, scaled_mlp
 from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator
@@ -611,8 +609,7 @@ def test_a_lone_search_below_the_plans_bar_loads_no_compiler_machinery():
         "NativeGenerator(maxiter=5).generate(mlp(), x, target, domain=(-1.0, 1.0)); "
         "print('torch._dynamo' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert fresh_python(code) == "False"
     assert compiled.AUTO_MIN_ELEMENTS <= 400 * 784  # large enough to be counted, were it asked
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import fresh_python
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cfbook"
@@ -75,8 +76,7 @@ def test_importing_the_library_loads_no_book_machinery():
         "m.split('.')[1:2] in (['book'], ['paper'], ['commands']) "
         "or m.split('.')[0] in ('plotly', 'nbconvert', 'papermill', 'yaml', 'captum')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
 
 
 def test_importing_the_library_leaves_torchvision_and_sklearn_unloaded():
@@ -86,11 +86,9 @@ def test_importing_the_library_leaves_torchvision_and_sklearn_unloaded():
         "import sys, cfbook, cfbook.data, cfbook.evaluation, cfbook.search, cfbook.training; "
         "print(sorted(m for m in ('torchvision', 'sklearn', 'torch._dynamo') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
     code = "import sys, cfbook; cfbook.resnet18_mnist(); print('torchvision' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert fresh_python(code) == "True"
 
 
 def test_the_named_mutants_still_apply():

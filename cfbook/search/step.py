@@ -130,21 +130,32 @@ def nascent_points(x: Tensor, nascent: Tensor, within: Tensor) -> Tensor:
     return torch.where(within[:, None], x, nascent)
 
 
-def not_converged(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
-    """Rows whose target probability has not reached ``tau``; a NaN probability never has (as in
+def reached(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
+    """Rows whose target probability has reached ``tau``; a NaN probability never has (as in
     CT.jl, where ``p >= tau`` is false for NaN)."""
-    return ~(probs.gather(1, target).squeeze(1) >= tau)
+    return probs.gather(1, target).squeeze(1) >= tau
+
+
+def not_converged(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
+    """Rows whose target probability has not reached ``tau`` (NaN included)."""
+    return ~reached(probs, target, tau)
+
+
+def target_term(logits: Tensor, target: Tensor, phi: float | Tensor) -> Tensor:
+    """What the loss adds to the target column of d(loss)/d(logits), per row ``(n, 1)``:
+    cross-entropy's ``-1`` and the energy term ``phi * (E + ENERGY_RIDGE * E^2)``'s derivative,
+    with ``E = -z_target``."""
+    z_t = logits.gather(1, target)
+    return -1.0 - phi * (1.0 - 2 * ENERGY_RIDGE * z_t)
 
 
 def logit_gradient(logits: Tensor, probs: Tensor, target: Tensor, phi: float | Tensor) -> Tensor:
-    """d(loss)/d(logits) per row: cross-entropy ``p - onehot`` plus the energy term
-    ``phi * (E + ENERGY_RIDGE * E^2)`` with ``E = -z_target``.
+    """d(loss)/d(logits) per row: cross-entropy ``p - onehot`` plus the energy term.
 
     A ``where`` against the target column rather than a scatter: a compiler fuses it.
     """
-    z_t = logits.gather(1, target)
     is_target = torch.arange(logits.shape[1], device=logits.device) == target
-    return torch.where(is_target, probs + (-1.0 - phi * (1.0 - 2 * ENERGY_RIDGE * z_t)), probs)
+    return torch.where(is_target, probs + target_term(logits, target, phi), probs)
 
 
 def eager_step(
@@ -197,9 +208,8 @@ def _logit_step(ws: WorkingSet, logits: Tensor, phi: float | Tensor, s: StepSett
     back. At a hundred rows an eager iteration is mostly the overhead of its kernels.
     """
     probs = logits.softmax(1)
-    ws.active = ws.active > (probs.gather(1, ws.target).squeeze(1) >= s.tau)
-    z_t = logits.gather(1, ws.target)
-    return probs.scatter_add_(1, ws.target, -1.0 - phi * (1.0 - 2 * ENERGY_RIDGE * z_t))
+    ws.active = ws.active > reached(probs, ws.target, s.tau)
+    return probs.scatter_add_(1, ws.target, target_term(logits, ws.target, phi))
 
 
 def _eager_update(

@@ -118,10 +118,9 @@ def plan_epoch_search(
     share = x_all[: -(-nce // world)]  # the rows one process searches per epoch, at most
     constraints = make_constraints(domain, mutability, x_all.shape[1], device=x_all.device)
     # A prepared step counts in one process only: several may run on machines that differ.
-    layout = {"constraints": constraints} if isinstance(generator, NativeGenerator) else {}
-    planned, plan = generator.plan(
-        model, share, search_epochs * nce, saved_plan, **(layout if world == 1 else {})
-    )
+    one = world == 1 and isinstance(generator, NativeGenerator)
+    options = {"constraints": constraints} if one else {}
+    planned, plan = generator.plan(model, share, search_epochs * nce, saved_plan, **options)
     return EpochSearch(
         generator=planned,
         plan=plan,
