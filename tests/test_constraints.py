@@ -161,3 +161,26 @@ def test_a_list_of_two_numbers_is_the_pair_for_every_feature():
     # Two features given as two pairs of a list are one pair each, not one pair for both.
     c = make_constraints([[-1, 1], [0, 2]], None, 2, device="cpu")
     assert c.lower.tolist() == [-1.0, 0.0] and c.upper.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_interval_for_every_feature_clamps_by_two_numbers_to_the_same_bits(dtype):
+    # 0.1 is not a float32: the interval must hold the bound the vectors hold, in their dtype.
+    x = torch.tensor([[0.1, -0.3, 0.2, 0.0999999]], dtype=torch.float64).to(dtype)
+    x = torch.cat([x, torch.tensor([[float("nan"), 5.0, -5.0, 0.1]], dtype=dtype)])
+    for domain in [(-0.25, 0.1), [(-0.25, 0.1)] * 4, torch.tensor([[-0.25, 0.1]] * 4)]:
+        c = make_constraints(domain, None, 4, device="cpu", dtype=dtype)
+        assert c.interval == (c.lower[0].item(), c.upper[0].item())
+        if dtype == torch.float32:
+            assert c.interval[1] == torch.tensor(0.1, dtype=dtype).item() != 0.1
+        expected = torch.clamp(x, c.lower, c.upper)
+        got = c.clamp_(x.clone())
+        assert torch.equal(got.nan_to_num(7.0), expected.nan_to_num(7.0))
+        assert got[1, 0].isnan()
+    # Features with different bounds clamp by the vectors; without a domain nothing changes.
+    listed = make_constraints([(-1, 1), (0, 2), (-5, -4)], None, 3, device="cpu")
+    assert listed.interval is None
+    assert listed.clamp_(torch.tensor([[3.0, -3.0, 0.0]])).tolist() == [[1.0, 0.0, -4.0]]
+    free = make_constraints(None, None, 3, device="cpu")
+    y = torch.randn(2, 3)
+    assert free.interval is None and free.clamp_(y) is y

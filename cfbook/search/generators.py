@@ -508,12 +508,15 @@ class NativeGenerator(SearchParameters):
             ws.active = ws.active & not_converged(probs, ws.target, self.tau)
         write_back()
         with torch.no_grad():
-            nascent = nascent_points(c.decode(x), nascent, within)
-        if not fused:
-            # Rows that never stepped keep x0 exactly: the eager zero step still went through the
-            # clamp, which moves an x0 outside the domain (the reference never touches it).
-            unmoved = (iterations == 0)[:, None]
-            x, nascent = torch.where(unmoved, x0, x), torch.where(unmoved, nascent0, nascent)
+            # In place, into the chunk's own buffers: a fresh N x D result would cost its pages'
+            # first touch, more than the select itself on a CPU.
+            nascent_points(c.decode(x), nascent, within, out=nascent)
+            if not fused:
+                # Rows that never stepped keep x0 exactly: the eager zero step still went through
+                # the clamp, which moves an x0 outside the domain (the reference never touches it).
+                unmoved = (iterations == 0)[:, None]
+                torch.where(unmoved, x0, x, out=x)
+                torch.where(unmoved, nascent0, nascent, out=nascent)
         with torch.no_grad():
             x = c.decode(x)  # the counterfactual: the search state decoded
         if self.amp is not None:

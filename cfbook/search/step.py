@@ -125,9 +125,10 @@ class WorkingSet:
         )
 
 
-def nascent_points(x: Tensor, nascent: Tensor, within: Tensor) -> Tensor:
-    """The nascent points, the lazy ones resolved: ``x`` for the rows still within epsilon."""
-    return torch.where(within[:, None], x, nascent)
+def nascent_points(x: Tensor, nascent: Tensor, within: Tensor, out: Tensor | None = None) -> Tensor:
+    """The nascent points, the lazy ones resolved: ``x`` for the rows still within epsilon;
+    written into ``out`` where given (``nascent`` itself may be it)."""
+    return torch.where(within[:, None], x, nascent, out=out)
 
 
 def reached(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
@@ -237,9 +238,7 @@ def _eager_update(
     if s.lambda_cost:
         grad.add_(ws.offset_sign, alpha=s.lambda_cost)
     row_step = ws.active.to(grad.dtype).mul_(-s.step_size)
-    x = c.mask_step(grad.mul_(row_step[:, None])).add_(ws.x)
-    if c.lower is not None:
-        x.clamp_(c.lower, c.upper)
+    x = c.clamp_(c.mask_step(grad.mul_(row_step[:, None])).add_(ws.x))
     point = c.decode(x)
     if s.frozen:
         x = point
