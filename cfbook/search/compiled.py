@@ -51,8 +51,8 @@ AUTO_MAX_FLOPS_PER_FEATURE = 512
 # was repaid after 1.4 million planned steps (AMD EPYC, 1.7 s; Intel Xeon 1.6 million, 2.2 s,
 # against the eager step with its direct path for MLPs) and a cold one (the first on a machine)
 # after 10 million (9.9 s; Intel 9.9 million, 14 s) (benchmark 9, 2026-12-01 and 2026-12-04).
-# The eager step has got faster since: 2.3 million warm (2.1 s) and 14.8 million cold on the
-# Intel Xeon (2026-12-05), so runs between 2 and 2.3 million now lose up to a few tenths of a
+# The eager step has got faster since: 2.5 million warm (2.0 s) and 16.9 million cold on the
+# Intel Xeon (2026-12-05), so runs between 2 and 2.5 million now lose up to a few tenths of a
 # second to the compile; the bar stays, since moving it changes which runs compile, and so their
 # last bits. On a GPU, where an eager step is launch-bound and far cheaper, a guess not yet
 # measured. Steps, not seconds: the decision does not depend on the machine's load.

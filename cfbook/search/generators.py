@@ -57,7 +57,7 @@ from cfbook.search.step import (
 # Without cf_batchsize, a search on a CPU runs in chunks of equal size, as few as hold at most
 # this many numbers (rows x features) each, or CPU_CHUNK_MIN_ROWS rows where features are many:
 # past it the working set outgrows the processor's caches. 10,000 MNIST digits searched in two
-# chunks took 0.73x the time of one batch at 30 steps and 0.76x at 100, with the same bits
+# chunks took 0.77x the time of one batch at 30 steps and 0.76x at 100, with the same bits
 # (benchmark 12, Intel Xeon, 2 threads, 2026-12-05); in unrecorded probes 20,000 in four took
 # 0.67x, and 3,000 in two 1.05x, hence no smaller chunks. The paper's largest training search,
 # 5,000 MNIST digits, stays one batch. Elsewhere a search is one batch.
@@ -409,8 +409,8 @@ class NativeGenerator(SearchParameters):
         per row (``generate(..., lambda_energy=...)``). From then on every such search on this
         machine, in any process with the same torch thread count, runs it with no compile, the
         searches of a ``counterfactual_training`` run in one process included: see
-        ``cfbook.search.prepared``. Returns the package's path. Took 10.2 s for the MNIST MLP on
-        a 2-core CPU, 19.0 s with inductor's cache cold (the first compile on a machine; benchmark
+        ``cfbook.search.prepared``. Returns the package's path. Took 10.1 s for the MNIST MLP on
+        a 2-core CPU, 18.6 s with inductor's cache cold (the first compile on a machine; benchmark
         12)."""
         target = torch.zeros(x.shape[0], dtype=torch.long)
         x, _, c = prepare_search(model, x, target, domain, mutability)
