@@ -7,6 +7,7 @@ import io
 import shutil
 import socket
 import struct
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -489,6 +490,17 @@ def test_sklearn_generator_gives_the_previous_data_and_says_so() -> None:
     assert load_linearly_separable().source.startswith("MLJBase make_blobs")
     with pytest.raises(ValueError, match="generator must be one of mlj, sklearn"):
         load_moons(generator="julia")
+
+
+@pytest.mark.parametrize("load", [load_overlapping, load_circles, load_moons])
+def test_sklearn_generator_without_sklearn_names_the_extra(monkeypatch, load) -> None:
+    # The library installs without scikit-learn (the paper extra brings it); None in sys.modules
+    # makes its import fail as if it were absent.
+    for name in ("sklearn", "sklearn.datasets"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError, match=r"pip install 'cfbook\[paper\]'"):
+        load(generator="sklearn")
+    assert load().source.startswith("MLJBase")  # the default needs nothing more
 
 
 # --- The tabular split: TaijaData's apply_split, the first 80 % of the rows ----------------------

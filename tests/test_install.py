@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Run inside the fresh environment: what a researcher's training script does.
 SCRIPT = r"""
 import importlib.util, sys
-absent = ("papermill", "plotly", "nbformat", "nbconvert", "yaml", "captum", "pytest")
+absent = ("papermill", "plotly", "nbformat", "nbconvert", "yaml", "captum", "sklearn", "pytest")
 found = [m for m in absent if importlib.util.find_spec(m) is not None]
 assert not found, f"installed without being asked for: {found}"
 import torch
@@ -26,6 +26,11 @@ from cfbook import (
     counterfactual_training, mlp, paper_evaluate,
 )
 from cfbook.data import load_moons
+try:
+    load_moons(generator="sklearn")
+    raise AssertionError("sklearn's generator ran without sklearn")
+except ImportError as err:
+    assert "cfbook[paper]" in str(err), err
 data = load_moons(device="cpu")
 x, y = data.x[:300], data.y[:300]
 models = {}

@@ -2,8 +2,8 @@
 (``mnist``), the paper's tabular sets (``tabular``) and synthetic ones (``synthetic``), the
 on-device loader (``loader``) and where the data folder is (``paths``).
 
-May import ``cfbook.models`` (the input shapes) and sklearn's generators; nothing of search,
-training, evaluation or the book.
+May import ``cfbook.models`` (the input shapes) and, when asked for, sklearn's generators;
+nothing of search, training, evaluation or the book.
 """
 
 from cfbook.data.loader import DeviceLoader
