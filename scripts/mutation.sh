@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Mutation testing: mutmut mutates cfbook/search/, cfbook/evaluation/, the objectives and the
-# training loss terms ([tool.mutmut] in pyproject.toml) and runs the unit tests that cover each
+# Mutation testing: mutmut mutates cfbook/search/, cfbook/evaluation/, the objectives, the
+# training loss terms, an epoch's counterfactuals, checkpoints, the paper's agreement rule and the
+# synthetic data sets ([tool.mutmut] in pyproject.toml) and runs the unit tests that cover each
 # mutant; then the wrong edits that once passed every test (scripts/named_mutants.py) are
 # applied one at a time. Prints the kill rate per module; tests/MUTATION.md records them.
 #
@@ -12,7 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/mutmut ] || .venv/bin/pip install -q "mutmut==3.8.1"
-# One thread per test process: mutmut runs one worker per core.
+# One thread per test process: mutmut runs one worker per core (counted before
+# OMP_NUM_THREADS=1, which nproc obeys).
+workers=$(nproc)
 export OMP_NUM_THREADS=1 CFBOOK_DEVICE=cpu
 # mutmut never recopies a source file that mutants/ already holds, and measures line coverage on
 # that (already mutated) copy: a module edited since the last run would be tested as it was, or
@@ -23,6 +26,8 @@ if [ -d mutants ] && [ "$(cat mutants/.source-stamp 2>/dev/null)" != "$stamp" ];
     rm -rf mutants
 fi
 mkdir -p mutants && echo "$stamp" > mutants/.source-stamp
-.venv/bin/mutmut run --max-children "$(nproc)" "$@"
+# Tests that read the shipped data or run the project's scripts find them beside the mutants.
+for shared in data scripts; do ln -sfn "../$shared" "mutants/$shared"; done
+.venv/bin/mutmut run --max-children "$workers" "$@"
 .venv/bin/python scripts/mutation_report.py
 .venv/bin/python scripts/named_mutants.py

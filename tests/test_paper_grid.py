@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import socket
@@ -417,6 +418,24 @@ def test_agreement_follows_the_stated_rule():
     assert level_agrees(None, None, 0.95) is None
     assert count([True, None, False, True]) == (2, 3)
     assert binomial_se(0.5, 100) == pytest.approx(0.05)
+
+
+def test_agreement_at_the_rules_edges():
+    # Both SEs count squared: |10 - 22| = 12 <= 2.58 * 5 = 12.9.
+    assert reduction_agrees({"reduction": 10.0, "se": 3.0, "significant": True}, 22.0, 4.0, True)
+    # The rule's "<=": equal values agree with no SE on either side, and a level exactly half a
+    # unit of the paper's last digit away agrees.
+    exact = {"reduction": 10.0, "se": 0.0, "significant": True}
+    assert reduction_agrees(exact, 10.0) and not reduction_agrees(exact, 10.5)
+    assert level_agrees(0.0, 0.0, 0.005) and not level_agrees(0.0, 0.0, 0.0051)
+    # A missing or NaN SE of ours counts as 0, not as a wider interval.
+    for se in (None, math.nan):
+        ours = {"reduction": 10.0, "se": se, "significant": True}
+        assert reduction_agrees(ours, 10.0) and not reduction_agrees(ours, 11.0)
+    # A seed without a reduction (no valid counterfactual) has nothing to compare.
+    assert reduction_agrees({"reduction": math.nan, "se": 1.0, "significant": False}, 0.0) is None
+    # One point: the SE of a share is sqrt(p (1 - p)); none: no division by zero.
+    assert binomial_se(0.5, 1) == binomial_se(0.5, 0) == 0.5
 
 
 def test_the_slurm_script_prints_its_three_jobs():

@@ -21,7 +21,13 @@ from conftest import make_data_dir
 from cfbook.book.profiles import get_profile
 from cfbook.book.stages import log_path, stage_checkpoint_dir
 from cfbook.search import NativeGenerator, compiled
-from cfbook.training.checkpoint import CHECKPOINT_NAME, load_checkpoint, prepare_checkpoint_dir
+from cfbook.training.checkpoint import (
+    CHECKPOINT_NAME,
+    load_checkpoint,
+    prepare_checkpoint_dir,
+    restore_rng_states,
+    rng_states,
+)
 from cfbook.training.log import load_log
 
 NEPOCHS = 12
@@ -83,9 +89,40 @@ def test_a_checkpoint_of_another_configuration_is_discarded(tmp_path: Path) -> N
     (folder / CHECKPOINT_NAME).write_bytes(b"state")
     assert prepare_checkpoint_dir(folder, smoke) == folder
     assert (folder / CHECKPOINT_NAME).read_bytes() == b"state"  # same run: resume it
+    prepare_checkpoint_dir(folder, dict(reversed(smoke.items())))
+    assert (folder / CHECKPOINT_NAME).read_bytes() == b"state"  # the order of keys is no setting
     prepare_checkpoint_dir(folder, {**smoke, "nepochs": 99})
     assert not (folder / CHECKPOINT_NAME).exists()  # other settings: start afresh
     assert json.loads((folder / "config.json").read_text())["nepochs"] == 99
+
+
+class _Loader:
+    """A loader with a resumable order: its state is the next batch's number."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next": self.next}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.next = state["next"]
+
+
+def test_restored_random_states_repeat_the_draws_that_followed_the_save() -> None:
+    rng, loader = torch.Generator().manual_seed(3), _Loader()
+    loader.next = 7
+    states = rng_states(rng, loader)
+    after = (torch.rand(4, generator=rng), torch.rand(4))
+    torch.rand(9, generator=rng), torch.rand(9)  # the run goes on
+    loader.next = 12
+    restore_rng_states(states, rng, loader)
+    assert torch.equal(torch.rand(4, generator=rng), after[0])
+    assert torch.equal(torch.rand(4), after[1]) and loader.next == 7
+    # A run whose loader kept no state (a plain iterable) restores the generators alone.
+    loader.next = 12
+    restore_rng_states({k: v for k, v in states.items() if k != "loader"}, rng, loader)
+    assert loader.next == 12
 
 
 def test_a_checkpoint_without_its_configuration_is_discarded(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from cfbook.models import mlp
 from cfbook.search import Generator
 from cfbook.search.generators import PAPER_SEARCH
 from cfbook.search.targets import draw_targets, label_levels
+from cfbook.training.checkpoint import load_checkpoint
 from cfbook.training.counterfactuals import (
     NeighbourSampler,
     chunk_bounds,
@@ -351,6 +352,28 @@ def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
         assert bool(matches.any()) and bool((y[matches] == target).all())
 
 
+def test_an_epochs_draws_come_from_the_runs_generator_alone():
+    # Factuals, targets and neighbours: drawn from the run's generator in that order, for every
+    # row before the search (so processes seeded alike share them), never from torch's global one.
+    x, y = toy_data()
+    torch.manual_seed(0)
+    model = mlp(N_FEATURES, (16,), N_CLASSES)
+    search = _epoch_search(model, x, y, NativeGenerator(maxiter=8, step_size=2.0, tau=0.5))
+    batches = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        rng = torch.Generator().manual_seed(0)
+        batches.append(epoch_counterfactuals(model, x, y, search, rng))
+    rng = torch.Generator().manual_seed(0)
+    idx = torch.randperm(x.shape[0], generator=rng)[:40]
+    u_target, u_neighbour = torch.rand(40, generator=rng), torch.rand(40, generator=rng)
+    target = draw_targets(predict(model, x[idx]), search.levels, u_target)
+    neighbour = x[search.neighbours(target, u_neighbour)]
+    for cf in batches:
+        assert torch.equal(cf.factual_index, idx) and torch.equal(cf.target, target)
+        assert torch.equal(cf.neighbour, neighbour)  # no mutability: nothing to protect
+
+
 def _epoch_counterfactuals_of(mature: str):
     x, y = toy_data()
     torch.manual_seed(0)
@@ -408,6 +431,32 @@ def test_neighbour_sampler_draws_from_the_target_class():
     assert len(set(idx[classes == 2].tolist())) == 4  # every member of the class is reachable
     fallback = sampler(torch.tensor([3] * 20), rng)
     assert bool(((fallback >= 0) & (fallback < len(y))).all())
+
+
+def test_neighbour_draws_map_to_the_class_in_data_order_and_fall_back_to_any_row():
+    y = torch.tensor([1, 0, 1, 3, 1, 0])  # class 2 absent; rows by class: 1, 5 | 0, 2, 4 | 3
+    sampler = NeighbourSampler(y, 4)
+    classes = torch.tensor([1, 1, 1, 1, 0, 3, 2, 2])
+    u = torch.tensor([0.0, 0.5, 0.9, 1.0, 0.99, 0.0, 0.5, 1.0])
+    # Class 1: u in [0, 1/3) gives row 0, [1/3, 2/3) row 2, the rest row 4 (u = 1, drawn
+    # ahead, too). Absent class 2: the row at int(u * 6) of all rows sorted by class.
+    assert sampler(classes, u).tolist() == [0, 2, 4, 4, 5, 3, 2, 3]
+
+
+def test_the_run_is_planned_for_the_rows_one_process_searches_per_epoch(monkeypatch):
+    x, y = toy_data()  # 90 rows, 40 counterfactuals per epoch
+    torch.manual_seed(0)
+    model = mlp(N_FEATURES, (16,), N_CLASSES)
+    seen = []
+    decide = NativeGenerator._compiles
+
+    def spy(self, setting, model, chunk, planned_steps, prepared=False):
+        seen.append((chunk.shape[0], planned_steps))
+        return decide(self, setting, model, chunk, planned_steps, prepared)
+
+    monkeypatch.setattr(NativeGenerator, "_compiles", spy)
+    _epoch_search(model, x, y, NativeGenerator(maxiter=8))
+    assert seen == [(40, 40 * 8)]
 
 
 def test_chunks_cover_all_counterfactuals_once():
@@ -693,6 +742,11 @@ def test_corrupt_checkpoint_is_named(tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="corrupt checkpoint"):
         toy_run(FullObjective(), nepochs=1, checkpoint_dir=tmp_path)
+    # A readable file without the epoch or the weights is no checkpoint either.
+    for state in ({"epoch": 1}, {"model": {}}):
+        torch.save(state, tmp_path / "checkpoint.pt")
+        with pytest.raises(ValueError, match="missing epoch/model entries"):
+            load_checkpoint(tmp_path)
 
 
 def test_verbose_2_prints_every_epoch(capsys):

@@ -48,8 +48,11 @@ MLJ_BLOB_CENTRES = np.array(
 def _check(generator: str, n: int) -> None:
     if generator not in GENERATORS:
         raise ValueError(f"generator must be one of {', '.join(GENERATORS)}, got {generator!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an integer of at least 2, got {n!r}")
+    # 80 % of the points train: fewer than 3 would leave the test part empty.
+    if isinstance(n, bool) or not isinstance(n, int) or n < 3:
+        raise ValueError(
+            f"n must be an integer of at least 3 (80 % train, the rest test), got {n!r}"
+        )
 
 
 def _sklearn_datasets() -> ModuleType:
