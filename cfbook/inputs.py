@@ -29,12 +29,12 @@ __all__ = [
     "require_number",
 ]
 
-# How a fix converts a tensor or a model to a floating-point dtype.
+# How a fix converts a tensor or a model to a floating-point dtype (else ``.to(dtype)``).
 _CONVERSIONS = {
-    torch.float32: "float",
-    torch.float64: "double",
-    torch.float16: "half",
-    torch.bfloat16: "bfloat16",
+    torch.float32: "float()",
+    torch.float64: "double()",
+    torch.float16: "half()",
+    torch.bfloat16: "bfloat16()",
 }
 _ROWS_LISTED = 5
 
@@ -183,8 +183,8 @@ def forward_mismatch(
         them = "them" if _plural(what) else var
         return (
             f"{what} {_verb(what, 'is', 'are')} {_dtype_name(x.dtype)} but the parameters of "
-            f"{model_name} are {_dtype_name(dtype)}: convert {them} with {var}.{to_model}() "
-            f"(or the model with model.{to_data}())"
+            f"{model_name} are {_dtype_name(dtype)}: convert {them} with {var}.{to_model} "
+            f"(or the model with model.{to_data})"
         )
     features = _input_features(model)
     if features is not None and x.ndim == 2 and x.shape[1] != features:

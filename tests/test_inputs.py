@@ -19,6 +19,7 @@ from cfbook import (
 from cfbook.commands import pipeline, train_profile
 from cfbook.data import DeviceLoader
 from cfbook.errors import SetupError
+from cfbook.inputs import check_label_range, forward_mismatch
 
 N_FEATURES, N_CLASSES = 10, 3
 GENERATORS = [NativeGenerator(maxiter=2), ReferenceGenerator(maxiter=2)]
@@ -398,3 +399,18 @@ def test_a_library_warning_names_the_users_line_past_a_wrapper_between_library_f
 def _line_of(text: str) -> int:
     with open(__file__, encoding="utf-8") as f:
         return next(i for i, line in enumerate(f, 1) if text in line)
+
+
+def test_a_forward_mismatch_names_a_fix_that_runs():
+    double = nn.Linear(3, 2).double()
+    message = forward_mismatch(double, torch.zeros(4, 3))
+    assert "convert x with x.double() (or the model with model.float())" in message
+    # A dtype without a short method is converted with .to(dtype), itself a call.
+    odd = torch.zeros(4, 3, dtype=torch.float8_e4m3fn)
+    message = forward_mismatch(double, odd)
+    assert "x.double() (or the model with model.to(torch.float8_e4m3fn))" in message
+    # The first layer's inputs: one feature is a real count; a lazy layer's 0 is "cannot tell".
+    assert "x has 3 features, the model takes 1" in forward_mismatch(nn.Linear(1, 2), odd.float())
+    assert forward_mismatch(nn.LazyLinear(2), torch.zeros(4, 3)) is None
+    with pytest.raises(ValueError, match=r"number the classes 0\.\.2, or give the model 6 outputs"):
+        check_label_range(torch.tensor([0, 5]), 3)
