@@ -536,18 +536,16 @@ def test_synthetic_split_is_get_datas_first_3600_and_last_900_of_a_permutation()
 
 def test_sklearn_generator_gives_the_previous_data_and_says_so() -> None:
     train, test = split_rows(4500)
-    for load, (x, y) in (
-        (load_overlapping, make_blobs(4500, centers=2, cluster_std=2.0, random_state=42)),
-        (load_circles, make_circles(4500, noise=0.15, factor=0.01, random_state=42)),
-        (load_moons, make_moons(4500, noise=0.1, random_state=42)),
+    for load, make, settings in (
+        (load_overlapping, make_blobs, {"centers": 2, "cluster_std": 2.0}),
+        (load_circles, make_circles, {"noise": 0.15, "factor": 0.01}),
+        (load_moons, make_moons, {"noise": 0.1}),
     ):
+        x, y = make(4500, random_state=42, **settings)
         data = load(generator="sklearn")
         assert np.array_equal(data.x.numpy(), x[train].astype(np.float32))
         assert np.array_equal(data.y_test.numpy(), y[test])
-    data = load_overlapping(generator="sklearn")
-    assert data.source.startswith("sklearn make_blobs")
-    assert load_circles(generator="sklearn").source.startswith("sklearn make_circles")
-    assert load_moons(generator="sklearn").source.startswith("sklearn make_moons")
+        assert data.source.startswith(f"sklearn {make.__name__}")
     assert load_linearly_separable().source.startswith("MLJBase make_blobs")
     with pytest.raises(ValueError, match="generator must be one of mlj, sklearn"):
         load_moons(generator="julia")

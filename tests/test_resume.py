@@ -20,6 +20,7 @@ from conftest import make_data_dir
 
 from cfbook.book.profiles import get_profile
 from cfbook.book.stages import log_path, stage_checkpoint_dir
+from cfbook.data import DeviceLoader
 from cfbook.search import NativeGenerator, compiled
 from cfbook.training.checkpoint import (
     CHECKPOINT_NAME,
@@ -96,33 +97,23 @@ def test_a_checkpoint_of_another_configuration_is_discarded(tmp_path: Path) -> N
     assert json.loads((folder / "config.json").read_text())["nepochs"] == 99
 
 
-class _Loader:
-    """A loader with a resumable order: its state is the next batch's number."""
-
-    def __init__(self) -> None:
-        self.next = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"next": self.next}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.next = state["next"]
+def _epoch(loader: DeviceLoader) -> list[list[int]]:
+    return [batch.tolist() for _, batch in loader]
 
 
 def test_restored_random_states_repeat_the_draws_that_followed_the_save() -> None:
-    rng, loader = torch.Generator().manual_seed(3), _Loader()
-    loader.next = 7
+    rng = torch.Generator().manual_seed(3)
+    loader = DeviceLoader(torch.zeros(10, 1), torch.arange(10), 4, seed=5)
+    _epoch(loader)
     states = rng_states(rng, loader)
-    after = (torch.rand(4, generator=rng), torch.rand(4))
-    torch.rand(9, generator=rng), torch.rand(9)  # the run goes on
-    loader.next = 12
+    after = (torch.rand(4, generator=rng), torch.rand(4), _epoch(loader))
+    torch.rand(9, generator=rng), torch.rand(9), _epoch(loader)  # the run goes on
     restore_rng_states(states, rng, loader)
     assert torch.equal(torch.rand(4, generator=rng), after[0])
-    assert torch.equal(torch.rand(4), after[1]) and loader.next == 7
+    assert torch.equal(torch.rand(4), after[1]) and _epoch(loader) == after[2]
     # A run whose loader kept no state (a plain iterable) restores the generators alone.
-    loader.next = 12
     restore_rng_states({k: v for k, v in states.items() if k != "loader"}, rng, loader)
-    assert loader.next == 12
+    assert torch.equal(torch.rand(4, generator=rng), after[0])
 
 
 def test_a_checkpoint_without_its_configuration_is_discarded(tmp_path: Path) -> None:
