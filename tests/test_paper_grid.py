@@ -40,12 +40,19 @@ from cfbook.paper.grid import (
     Cell,
     Scale,
     cell_config,
+    evaluation_config,
     grid_cells,
     run_cell,
     run_evaluation,
 )
 from cfbook.paper.merge import merge_results
-from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, load_experiment_data
+from cfbook.paper.settings import (
+    EXPERIMENTS,
+    MNIST_PROTECTED_ROWS,
+    VARIANTS,
+    Variant,
+    load_experiment_data,
+)
 from cfbook.search.generators import NativeGenerator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -402,6 +409,49 @@ def test_a_merge_with_missing_cells_names_them(smoke, tmp_path):
     (out / "evaluations" / "adult-s0.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="adult-s0.json holds a list, not a result"):
         merge_results(out)
+
+
+def test_the_shipped_results_are_what_the_command_makes_of_its_shipped_files(tmp_path, monkeypatch):
+    # The whole grid, its ablation and IG, and every variant, run over a copy of the shipped
+    # results: every cell and evaluation is reused (none is trained or evaluated again, which
+    # would take a lock) and every merged results.json is the shipped one.
+    shipped = REPO / "data" / "reproduction"
+    out = tmp_path / "reproduction"
+    shutil.copytree(shipped, out, ignore=shutil.ignore_patterns("results.json"))
+
+    def recomputed(path, what):
+        raise AssertionError(f"{what} was not reused")
+
+    monkeypatch.setattr("cfbook.paper.grid.locked", recomputed)
+    common = ["--out", str(out), "--device", "cpu"]
+    assert main(["--objectives", "energy,adversarial", "--ig", *common]) == 0
+    assert main([arg for name in VARIANTS for arg in ("--variant", name)] + common) == 0
+    merged = ["results.json", *(f"variants/{name}/results.json" for name in VARIANTS)]
+    for name in merged:
+        assert json.loads((out / name).read_text()) == json.loads((shipped / name).read_text())
+
+
+def test_a_stamp_saved_before_protected_lambdas_existed_means_the_recorded_weights(tmp_path):
+    # Variants' evaluations saved before the setting existed trained with the recorded grids'
+    # weights: reused by a variant that keeps them, refused by one that changes them.
+    cpu = torch.device("cpu")
+    for lambdas, reused in (("mutability", True), ("main", False)):
+        variant = Variant("some", ("lin_sep",), shuffle=True, protected_lambdas=lambdas)
+        config = evaluation_config("lin_sep", 0, Scale.smoke(), variant)
+        del config["variant"]["protected_lambdas"]
+        path = tmp_path / lambdas / "evaluations" / "lin_sep-s0.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"config": config, "seconds": 1.0}))
+        if reused:
+            got = run_evaluation(
+                "lin_sep", 0, Scale.smoke(), path.parents[1], device=cpu, variant=variant
+            )
+            assert got["seconds"] == 1.0
+        else:
+            with pytest.raises(ValueError, match="made with other settings"):
+                run_evaluation(
+                    "lin_sep", 0, Scale.smoke(), path.parents[1], device=cpu, variant=variant
+                )
 
 
 def test_agreement_follows_the_stated_rule():

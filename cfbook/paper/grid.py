@@ -188,6 +188,16 @@ def _model(data: ExperimentData) -> nn.Module:
     return mlp(data.x.shape[1], (HIDDEN,), int(data.y.max()) + 1)
 
 
+def _as_today(config: Any) -> Any:
+    """A saved stamp in today's terms: a setting added since it was saved takes the value that
+    was then the only behaviour. Variants' evaluations saved before ``protected_lambdas``
+    existed (2026-12-05) trained the protected CT with its own grid's weights, "mutability"."""
+    variant = config.get("variant") if isinstance(config, dict) else None
+    if isinstance(variant, dict) and "protected_lambdas" not in variant:
+        return {**config, "variant": {**variant, "protected_lambdas": "mutability"}}
+    return config
+
+
 def _reusable(path: Path, config: dict[str, Any], force: bool, rerun: str) -> dict[str, Any] | None:
     """A saved result for ``config``; an error if it was made with other settings or cannot be
     read, naming ``rerun``, the grid's options that run it again."""
@@ -196,7 +206,7 @@ def _reusable(path: Path, config: dict[str, Any], force: bool, rerun: str) -> di
     saved = read_json(path, f"run it again (python -m cfbook.commands.paper {rerun} --force)")
     if saved is None:
         return None
-    if saved.get("config") != config:
+    if _as_today(saved.get("config")) != config:
         raise ValueError(
             f"{path} was made with other settings ({saved.get('config')}, now {config}): pass "
             "--force to run it again, or --out to write the results elsewhere"

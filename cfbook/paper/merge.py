@@ -132,8 +132,8 @@ def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _ig(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians of the per-round IG sensitivities (seeds pooled) and the 2.5-97.5 % percentile
-    interval of the per-round differences CT - BL at 99 %, the level of every other table (the
+    """Medians of the per-round IG sensitivities (seeds pooled) and the 0.5-99.5 % percentile
+    interval of the per-round differences CT - BL: 99 %, the level of every other table (the
     paper's IG table gives 95 % intervals)."""
     ct = [v for r in runs for v in r["per_round"]["full_protected"]]
     bl = [v for r in runs for v in r["per_round"]["vanilla"]]
