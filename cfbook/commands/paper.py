@@ -240,10 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_merge and not partial:
         path = merge_results(out)
         print(f"merged the results into {path}")
-    if args.two_d:
-        print(f"wrote {write_two_d(out, device)}")
-    if args.knobs:
-        print(f"wrote {run_knobs(out, device, KNOB_DATA if data is None else tuple(data))}")
+    try:
+        if args.two_d:
+            print(f"wrote {write_two_d(out, device)}")
+        if args.knobs:
+            print(f"wrote {run_knobs(out, device, KNOB_DATA if data is None else tuple(data))}")
+    except (ValueError, FileNotFoundError, SetupError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"done in {format_duration(time.perf_counter() - start)}")
     return 0
 

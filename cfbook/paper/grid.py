@@ -343,7 +343,12 @@ def _trained(
     for training in trainings:
         weights = cells / f"{Cell(0, key, training, seed).name}.pt"
         if not weights.is_file():
-            raise FileNotFoundError(f"{weights} is missing: train its cell first")
+            raise FileNotFoundError(
+                f"{weights} is missing: the grid ships its cells' results, not their weights; "
+                "train the cell again (python -m cfbook.commands.paper --cell <its index> --force, "
+                "--list shows the indices; on another processor its model differs in the last "
+                "bits from the one the shipped results were made with)"
+            )
         model = _model(data).to(device)
         try:
             model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
