@@ -141,6 +141,27 @@ EDITS = (
         "    )\n    return",
         ("tests/test_prepared.py",),
     ),
+    Edit(
+        "Adult's labels inverted, 1 for an income at most 50K (pass 14)",
+        "cfbook/data/tabular.py",
+        'int(r[-1] == ">50K")',
+        'int(r[-1] != ">50K")',
+        ("tests/test_tabular.py",),
+    ),
+    Edit(
+        "a tabular loader's default split shuffled, not the file's row order (pass 14)",
+        "cfbook/data/tabular.py",
+        'source="CT.jl\'s balanced CSV", device=device, shuffle=shuffle)',
+        'source="CT.jl\'s balanced CSV", device=device, shuffle=True)',
+        ("tests/test_tabular.py",),
+    ),
+    Edit(
+        "variants' evaluations saved before protected_lambdas existed refused on a rerun",
+        "cfbook/paper/grid.py",
+        '        return {**config, "variant": {**variant, "protected_lambdas": "mutability"}}\n',
+        "        return config\n",
+        ("tests/test_paper_grid.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

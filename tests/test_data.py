@@ -337,8 +337,43 @@ def test_loader_rejects_bad_inputs_and_foreign_state() -> None:
     with pytest.raises(ValueError, match="need 0 <= rank < world_size"):
         DeviceLoader(x, y, batch_size=2, rank=2, world_size=2)
     state = DeviceLoader(x, y, batch_size=2).state_dict()
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match="batch_size=2 in the saved state, 3 here"):
         DeviceLoader(x, y, batch_size=3).load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    ("n", "rank0", "rank1"),
+    [
+        # Global batches of 6 rows; the short last one split as evenly as possible, the first
+        # process taking the extra row.
+        (10, [[0, 1, 2], [6, 7]], [[3, 4, 5], [8, 9]]),
+        (11, [[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9, 10]]),
+    ],
+)
+def test_two_processes_share_each_global_batch_in_contiguous_parts(n, rank0, rank1) -> None:
+    for rank, expected in ((0, rank0), (1, rank1)):
+        loader = DeviceLoader(*_indexed(n), 3, shuffle=False, rank=rank, world_size=2)
+        assert [yb.tolist() for _, yb in loader] == expected
+    # A last global batch of one row cannot be shared by two processes.
+    with pytest.raises(ValueError, match="the last global batch holds 1 sample"):
+        DeviceLoader(*_indexed(13), 3, rank=0, world_size=2)
+
+
+def test_a_state_saved_before_sharding_is_one_processs() -> None:
+    # Loader states saved before DDP sharding have no world_size: they resume one process's
+    # loader, mid-epoch included, and are refused by a process of two.
+    reference = DeviceLoader(*_indexed(12), batch_size=2, seed=3)
+    iterator = iter(reference)
+    next(iterator)
+    state = reference.state_dict()
+    del state["world_size"]
+    tail = torch.cat([yb for _, yb in iterator]).tolist()
+    resumed = DeviceLoader(*_indexed(12), batch_size=2, seed=0)
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == tail
+    shard = DeviceLoader(*_indexed(12), batch_size=2, seed=3, rank=0, world_size=2)
+    with pytest.raises(ValueError, match="world_size=1 in the saved state, 2 here"):
+        shard.load_state_dict(state)
 
 
 def test_mnist_loaders_wrap_the_device_tensors(test_root: Path) -> None:

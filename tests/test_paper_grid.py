@@ -45,7 +45,7 @@ from cfbook.paper.grid import (
     run_cell,
     run_evaluation,
 )
-from cfbook.paper.merge import merge_results
+from cfbook.paper.merge import _level, mean_accuracies, merge_results
 from cfbook.paper.settings import (
     EXPERIMENTS,
     MNIST_PROTECTED_ROWS,
@@ -398,6 +398,17 @@ def test_a_cell_run_by_another_live_process_is_refused(smoke, tmp_path):
         run_evaluation("lin_sep", 0, Scale.smoke(), out, device=torch.device("cpu"), force=True)
 
 
+def test_a_grid_of_one_evaluation_merges(smoke, tmp_path):
+    out = tmp_path / "grid"
+    shutil.copytree(smoke, out)
+    for path in (out / "evaluations").glob("*.json"):
+        if path.name != "lin_sep-s1.json":
+            path.unlink()
+    results = json.loads(merge_results(out).read_text())
+    assert list(results["data"]) == ["lin_sep"] and results["data"]["lin_sep"]["seeds"] == [1]
+    assert results["scale"] == {"epochs": Scale.smoke().epochs}
+
+
 def test_a_merge_with_missing_cells_names_them(smoke, tmp_path):
     out = tmp_path / "grid"
     shutil.copytree(smoke, out)
@@ -407,7 +418,8 @@ def test_a_merge_with_missing_cells_names_them(smoke, tmp_path):
     with pytest.raises(FileNotFoundError, match=names):
         merge_results(out)
     (out / "evaluations" / "adult-s0.json").write_text("[1, 2]")
-    with pytest.raises(ValueError, match="adult-s0.json holds a list, not a result"):
+    fix = "run its part of the grid again with --force, or delete it, then merge"
+    with pytest.raises(ValueError, match=f"adult-s0.json holds a list, not a result: {fix}"):
         merge_results(out)
 
 
@@ -461,6 +473,25 @@ def test_a_stamp_saved_before_protected_lambdas_existed_means_the_recorded_weigh
                 run_evaluation(
                     "lin_sep", 0, Scale.smoke(), path.parents[1], device=cpu, variant=variant
                 )
+
+
+def test_accuracies_under_attack_are_averaged_per_epsilon_over_the_seeds():
+    one = {"epsilons": [0.0, 0.1], "clean": 0.9, "fgsm": [0.9, 0.5], "pgd": [0.9, 0.4]}
+    two = {"epsilons": [0.0, 0.1], "clean": 0.8, "fgsm": [0.8, 0.3], "pgd": [0.8, 0.2]}
+    assert mean_accuracies([one]) == one  # a single seed
+    both = mean_accuracies([one, two])
+    assert both["epsilons"] == [0.0, 0.1] and both["clean"] == pytest.approx(0.85)
+    assert both["fgsm"] == pytest.approx([0.85, 0.4]) and both["pgd"] == pytest.approx([0.85, 0.3])
+
+
+def test_a_seeds_level_is_the_mean_and_sd_of_its_runs_with_a_value():
+    # Validity per seed: the mean over the runs that have one, with the runs' SD (the scale of
+    # the paper's SE): [1, 0, 1] has SD sqrt(1/3). One run has no SD, none no mean.
+    level = _level([1.0, 0.0, None, 1.0])
+    assert level["mean"] == pytest.approx(2 / 3) and level["runs"] == 3
+    assert level["se"] == pytest.approx(3**-0.5)
+    assert _level([0.5]) == {"mean": 0.5, "se": None, "runs": 1}
+    assert _level([None]) == {"mean": None, "se": None, "runs": 0}
 
 
 def test_agreement_follows_the_stated_rule():

@@ -3,7 +3,9 @@ the errors for a missing or altered file."""
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import shutil
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from cfbook.data import (
     load_moons,
     load_overlapping,
 )
+from cfbook.data.loader import DeviceLoader
 from cfbook.data.tabular import MD5, build, infer_domain, read_verified, split_rows
 
 TABLE = {"size": ["1", "2", "3", "4", "10"], "colour": ["red", "blue", "red", "green", "blue"]}
@@ -52,6 +55,16 @@ def test_build_standardises_on_the_training_rows_and_one_hot_encodes_in_place():
     assert data.x[:, 0].mean().abs() < 1e-6  # standardised where it was fitted
 
 
+def test_a_narrow_column_is_scaled_up_and_a_constant_one_only_centred():
+    # sd 0.1 on the training rows: divided by it, to sd 1; sd 0: centred, not divided by 0.
+    table = {"narrow": ["0.0", "0.1", "0.2", "0.3", "0.4"], "flat": ["7", "7", "7", "7", "7"]}
+    data = build("toy", table, LABELS, source="hand", shuffle=False)  # training rows 0-3
+    narrow = (np.array([0.0, 0.1, 0.2, 0.3, 0.4]) - 0.15) / np.std([0, 0.1, 0.2, 0.3], ddof=1)
+    assert torch.allclose(data.x[:, 0], torch.tensor(narrow[:4], dtype=torch.float32))
+    assert torch.allclose(data.x_test[:, 0], torch.tensor(narrow[4:], dtype=torch.float32))
+    assert data.x[:, 1].tolist() == [0.0] * 4 and data.x_test[:, 1].tolist() == [0.0]
+
+
 def test_domain_is_two_standard_deviations_or_the_range_whichever_is_wider():
     x = np.array([[0.0, 0.0], [0.0, 1.0], [0.0, 2.0], [10.0, 3.0]])
     # Column 1: mean 2.5, sd 5 -> [-7.5, 12.5]; column 2: mean 1.5, sd 1.29 -> [-1.08, 4.08].
@@ -61,6 +74,10 @@ def test_domain_is_two_standard_deviations_or_the_range_whichever_is_wider():
     assert (low2, high2) == pytest.approx((1.5 - 2 * sd2, 1.5 + 2 * sd2))
     outlier = np.array([[0.0]] * 20 + [[10.0]])  # mu + 2 sd is 4.84: the max is wider
     assert infer_domain(outlier)[0][1] == 10.0
+    assert infer_domain(-outlier)[0][0] == -10.0  # and the min at the low end
+    # Each column on its own: column 2 (mean 100.2, sd 0.447) ignores column 1's values.
+    apart = np.array([[0.0, 100.0]] * 4 + [[10.0, 101.0]])
+    assert infer_domain(apart)[1] == pytest.approx((100.2 - 2 * 0.2**0.5, 100.2 + 2 * 0.2**0.5))
 
 
 def test_mutability_by_feature_name_covers_a_categoricals_columns():
@@ -110,6 +127,46 @@ def test_the_papers_protected_features_sit_where_the_paper_says():
     assert load_california_housing().features["HouseAge"] == [1]
     assert load_gmsc().features["age"] == [1]
     assert load_moons().features["x1"] == [0]
+
+
+@pytest.mark.parametrize(
+    ("loader", "name", "file"),
+    [
+        (load_adult, "adult", "adult.data.gz"),
+        (load_california_housing, "california_housing", "california_housing_balanced.csv.gz"),
+        (load_credit_default, "credit_default", "credit_default_balanced.csv.gz"),
+        (load_gmsc, "gmsc", "gmsc_balanced.csv.gz"),
+    ],
+)
+def test_a_tabular_loader_cuts_its_own_file_in_row_order_by_default(
+    loader, name, file, tmp_path: Path
+):
+    # The paper's split (TaijaData's apply_split): the file's first 80 % of rows train, in order.
+    text = read_verified(file)
+    if name == "adult":
+        rows = csv.reader(io.StringIO(text), skipinitialspace=True)
+        labels = [int(r[-1] == ">50K") for r in rows if r]
+    else:
+        labels = [round(float(r["target"])) for r in csv.DictReader(io.StringIO(text))]
+    cut = round(0.8 * len(labels))
+    data = loader()
+    assert data.name == name
+    assert data.y.tolist() == labels[:cut] and data.y_test.tolist() == labels[cut:]
+    assert loader(shuffle=True).y.tolist() != labels[:cut]
+    with pytest.raises(FileNotFoundError, match=f"elsewhere/tabular/{file} is missing"):
+        loader(data_dir=tmp_path / "elsewhere")
+
+
+def test_a_data_sets_loader_shuffles_its_training_part_in_batches_of_1000_by_default():
+    data = load_moons()  # 3,600 training rows
+    batches = [yb for _, yb in data.loader()]
+    assert [len(b) for b in batches] == [1000, 1000, 1000, 600]
+    expected = [yb for _, yb in DeviceLoader(data.x, data.y, 1000, shuffle=True, seed=0)]
+    assert all(torch.equal(a, b) for a, b in zip(batches, expected, strict=True))
+    xb, yb = next(iter(data.loader(batch_size=5, shuffle=False, seed=3)))
+    assert torch.equal(xb, data.x[:5]) and torch.equal(yb, data.y[:5])
+    other = next(iter(data.loader(seed=1)))[1]
+    assert not torch.equal(other, batches[0])
 
 
 def test_a_missing_or_altered_file_is_named_with_its_checksum_and_the_fix(tmp_path: Path):
