@@ -4,8 +4,7 @@
 # synthetic and tabular data sets, the device loader, the merge of the paper's tables and the
 # checks of user input ([tool.mutmut] in pyproject.toml) and runs the unit tests that cover each
 # mutant; then the wrong edits that once passed every test (scripts/named_mutants.py) are
-# applied one at a time. Prints the kill rate per module;
-# tests/MUTATION.md records them.
+# applied one at a time. Prints the kill rate per module; tests/MUTATION.md records them.
 #
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)
 #   bash scripts/mutation.sh "cfbook.evaluation*"  # the mutants whose names match

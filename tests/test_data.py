@@ -359,7 +359,7 @@ def test_two_processes_share_each_global_batch_in_contiguous_parts(n, rank0, ran
         DeviceLoader(*_indexed(13), 3, rank=0, world_size=2)
 
 
-def test_a_state_saved_before_sharding_is_one_processs() -> None:
+def test_a_state_saved_before_sharding_resumes_one_process() -> None:
     # Loader states saved before DDP sharding have no world_size: they resume one process's
     # loader, mid-epoch included, and are refused by a process of two.
     reference = DeviceLoader(*_indexed(12), batch_size=2, seed=3)

@@ -455,24 +455,19 @@ def test_the_shipped_results_are_what_the_command_makes_of_its_shipped_files(
 def test_a_stamp_saved_before_protected_lambdas_existed_means_the_recorded_weights(tmp_path):
     # Variants' evaluations saved before the setting existed trained with the recorded grids'
     # weights: reused by a variant that keeps them, refused by one that changes them.
-    cpu = torch.device("cpu")
-    for lambdas, reused in (("mutability", True), ("main", False)):
+    def evaluate_over_an_old_stamp(lambdas: str) -> dict:
         variant = Variant("some", ("lin_sep",), shuffle=True, protected_lambdas=lambdas)
         config = evaluation_config("lin_sep", 0, Scale.smoke(), variant)
         del config["variant"]["protected_lambdas"]
         path = tmp_path / lambdas / "evaluations" / "lin_sep-s0.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"config": config, "seconds": 1.0}))
-        if reused:
-            got = run_evaluation(
-                "lin_sep", 0, Scale.smoke(), path.parents[1], device=cpu, variant=variant
-            )
-            assert got["seconds"] == 1.0
-        else:
-            with pytest.raises(ValueError, match="made with other settings"):
-                run_evaluation(
-                    "lin_sep", 0, Scale.smoke(), path.parents[1], device=cpu, variant=variant
-                )
+        cpu, out = torch.device("cpu"), path.parents[1]
+        return run_evaluation("lin_sep", 0, Scale.smoke(), out, device=cpu, variant=variant)
+
+    assert evaluate_over_an_old_stamp("mutability")["seconds"] == 1.0
+    with pytest.raises(ValueError, match="made with other settings"):
+        evaluate_over_an_old_stamp("main")
 
 
 def test_accuracies_under_attack_are_averaged_per_epsilon_over_the_seeds():
