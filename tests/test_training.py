@@ -1,3 +1,4 @@
+import os
 import time
 import warnings
 
@@ -38,6 +39,14 @@ def toy_data(n: int = 90, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     centres = torch.randn(N_CLASSES, N_FEATURES, generator=g)
     x = (centres[y] + 0.3 * torch.randn(n, N_FEATURES, generator=g)).clamp(-3, 3)
     return x, y
+
+
+def assert_warned_here(records: list[warnings.WarningMessage]) -> None:
+    """One warning, naming a line of this file (the caller of cfbook), not cfbook's own. Under
+    mutmut the caller of a mutated function is its trampoline, so there only the count holds."""
+    assert len(records) == 1
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        assert records[0].filename == __file__
 
 
 def toy_run(objective, generator=None, *, nepochs=4, seed=0, loader_seed=0, **kwargs):
@@ -407,7 +416,7 @@ def test_mostly_invalid_counterfactuals_warn_once_under_the_neighbour_rule():
         _, log = toy_run(FullObjective(), hopeless, nepochs=3, nce=30)
     low = [w for w in caught if w.category is LowValidityWarning]
     assert len(low) == 1  # once per run
-    assert low[0].filename == __file__  # at the call of counterfactual_training (in toy_run)
+    assert_warned_here(low)  # at the call of counterfactual_training (in toy_run)
     assert log.meta["mature"] == "neighbour"
     assert all(r.percent_valid == 0 and r.implaus == 0 for r in log)  # the no-op it warns about
     with warnings.catch_warnings():
@@ -515,7 +524,7 @@ def test_small_nce_is_raised_to_one_per_batch():
         _, log = toy_run(FullObjective(), nepochs=1, nce=2)
     assert log.meta["nce"] == 3
     raised = [w for w in caught if "raised to 3" in str(w.message)]
-    assert [w.filename for w in raised] == [__file__]  # the caller's line, not cfbook's
+    assert_warned_here(raised)  # the caller's line, not cfbook's
 
 
 class _NanBelow(torch.nn.Module):
@@ -548,7 +557,7 @@ def test_non_finite_loss_skips_the_update_and_is_counted():
             domain=None,
             verbose=0,
         )
-    assert [w.filename for w in caught] == [__file__]
+    assert_warned_here(caught)
     assert log[0].skipped_batches == 1
     assert log[0].train_loss != log[0].train_loss  # the mean covers every batch: NaN, as in CT.jl
     torch.manual_seed(0)

@@ -344,8 +344,9 @@ def _trained(
         weights = cells / f"{Cell(0, key, training, seed).name}.pt"
         if not weights.is_file():
             raise FileNotFoundError(
-                f"{weights} is missing: the grid ships its cells' results, not their weights; "
-                "train the cell again (python -m cfbook.commands.paper --cell <its index> --force, "
+                f"{weights} is missing: the grid ships its cells' results and the weights of "
+                "seed 0 of the synthetic sets only (the two-dimensional chapter's models); train "
+                "the cell again (python -m cfbook.commands.paper --cell <its index> --force, "
                 "--list shows the indices; on another processor its model differs in the last "
                 "bits from the one the shipped results were made with)"
             )
