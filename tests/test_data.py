@@ -9,6 +9,7 @@ import shutil
 import socket
 import struct
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -32,6 +33,7 @@ from cfbook.data import (
     load_moons,
     load_overlapping,
 )
+from cfbook.data.mnist import DOWNLOAD_TIMEOUT_S
 from cfbook.data.tabular import _csv_table, read_verified, split_rows
 
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
@@ -190,6 +192,82 @@ def test_download_offline_raises_a_clear_error(
         load_mnist(20, root=tmp_path, download=True, verbose=False)
     assert "download=False" in str(err.value)
     assert socket.getdefaulttimeout() == before
+
+
+class _FakeDownload:
+    """torchvision's MNIST in place of the network: it records what it was asked, and the
+    socket timeout it ran under, and writes a small training split where torchvision puts it
+    (or fails as an offline machine would)."""
+
+    calls: list[tuple] = []
+    fail = False
+
+    def __init__(self, root: str, train: bool = True, download: bool = False) -> None:
+        type(self).calls.append((root, train, download, socket.getdefaulttimeout()))
+        if type(self).fail:
+            raise OSError("no route to host")
+        rng = torch.Generator().manual_seed(0)
+        images = torch.randint(0, 256, (30, 28, 28), dtype=torch.uint8, generator=rng)
+        labels = (torch.arange(30) % 10).to(torch.uint8)
+        _write_idx(Path(root) / "MNIST" / "raw", "train", images, labels)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_download_asks_torchvision_for_the_training_split_under_a_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool
+) -> None:
+    import torchvision.datasets
+
+    _copy_test_split(tmp_path)
+    monkeypatch.setattr(torchvision.datasets, "MNIST", _FakeDownload)
+    monkeypatch.setattr(_FakeDownload, "calls", [])
+    monkeypatch.setattr(_FakeDownload, "fail", fail)
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(3.5)  # the caller's own, restored afterwards
+    try:
+        if fail:
+            with pytest.raises(RuntimeError, match="could not download") as err:
+                load_mnist(20, root=tmp_path, download=True, verbose=False)
+            assert f"into {tmp_path / 'MNIST' / 'raw'} (offline?): no route" in str(err.value)
+        else:
+            data = load_mnist(20, root=tmp_path, download=True, verbose=False)
+            assert data.split == "train" and "training split (30 images" in data.source
+        after = socket.getdefaulttimeout()
+    finally:
+        socket.setdefaulttimeout(before)
+    assert _FakeDownload.calls == [(str(tmp_path), True, True, DOWNLOAD_TIMEOUT_S)]
+    assert after == 3.5
+
+
+def test_a_failed_decompression_leaves_no_partial_file_and_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The archive is decompressed into <name>.<random>.tmp beside its target (the .gitignore
+    # covers *.tmp) and renamed into place: a reader never sees half a file, and a failure
+    # removes it. A temporary file that cannot even be made reports the same advice.
+    raw = _copy_test_split(tmp_path)
+    partial: list[Path] = []
+
+    def disk_full(src, dst) -> None:
+        partial.append(Path(dst.name))
+        dst.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(shutil, "copyfileobj", disk_full)
+    fix = "Make that folder writable or set CFBOOK_DATA_DIR"
+    with pytest.raises(OSError, match=f"into {raw}: disk full. {fix}"):
+        load_mnist(10, root=tmp_path, verbose=False)
+    (made,) = partial
+    assert made.parent == raw and made.name.startswith("t10k-images-idx3-ubyte.")
+    assert made.suffix == ".tmp" and not made.exists()
+    assert sorted(p.name for p in raw.iterdir()) == sorted(TEST_FILES)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError("read-only folder")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", read_only)
+    with pytest.raises(OSError, match=f"into {raw}: read-only folder. {fix}"):
+        load_mnist(10, root=tmp_path, verbose=False)
 
 
 def test_training_split_is_used_when_present(tmp_path: Path, no_network: None) -> None:
@@ -376,14 +454,33 @@ def test_a_state_saved_before_sharding_resumes_one_process() -> None:
         shard.load_state_dict(state)
 
 
+def _same_batches(a: DeviceLoader, b: DeviceLoader) -> bool:
+    return all(torch.equal(ya, yb) for (_, ya), (_, yb) in zip(a, b, strict=True))
+
+
 def test_mnist_loaders_wrap_the_device_tensors(test_root: Path) -> None:
-    data = load_mnist(100, root=test_root, verbose=False)
+    data = load_mnist(300, root=test_root, verbose=False)
     train = data.loader(batch_size=32, seed=1)
     assert train.tensors[0] is data.x and train.tensors[1] is data.y
-    assert len(train) == 4 and train.shuffle
+    assert len(train) == 10 and train.shuffle
     val = data.val_loader(batch_size=500)
-    assert not val.shuffle and len(val) == 4
+    assert val.shuffle is False and len(val) == 4
     assert torch.equal(torch.cat([yb for _, yb in val]), data.y_val)
+    # The defaults: shuffled batches of 128 drawn with seed 0, held-out batches of 1,024 in
+    # order; a process's shard of each global batch is the loader's own.
+    assert [len(yb) for _, yb in data.loader()] == [128, 128, 44]
+    same = DeviceLoader(data.x, data.y, 128, shuffle=True, seed=0)
+    assert _same_batches(data.loader(), same)
+    unshuffled = data.loader(64, shuffle=False)
+    assert torch.equal(torch.cat([yb for _, yb in unshuffled]), data.y)
+    seeded = DeviceLoader(data.x, data.y, 64, shuffle=True, seed=3)
+    assert _same_batches(data.loader(64, seed=3), seeded)
+    assert not torch.equal(next(iter(seeded))[1], next(iter(data.loader(64)))[1])
+    shard = DeviceLoader(data.x, data.y, 64, shuffle=True, seed=0, rank=1, world_size=2)
+    mine = data.loader(64, rank=1, world_size=2)
+    assert (mine.rank, mine.world_size) == (1, 2)
+    assert _same_batches(mine, shard)
+    assert [len(yb) for _, yb in data.val_loader()] == [1024, 976]
 
 
 @needs_cuda

@@ -14,8 +14,10 @@ from cfbook.models import FlatImageClassifier, count_parameters, mlp, resnet18_m
 RESNET18_MNIST_PARAMETERS = 11_181_642 - 2 * 64 * 7 * 7
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def resnet() -> nn.Module:
+    # A fresh model per test: a shared one carries batch-norm statistics from test to test, and
+    # mutmut would credit its construction to the first test alone.
     torch.manual_seed(0)
     return resnet18_mnist()
 
@@ -62,6 +64,15 @@ def test_resnet_gradients_reach_the_input(resnet: nn.Module) -> None:
 def test_resnet_rejects_wrong_input_shapes(resnet: nn.Module, shape: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match=r"\(N, 784\)"):
         resnet(torch.zeros(shape))
+
+
+def test_flat_vectors_become_images_of_any_shape_row_by_row() -> None:
+    image = FlatImageClassifier(nn.Identity(), image_shape=(3, 4, 6))
+    assert image.image_shape == (3, 4, 6) and image.n_features == 72
+    x = torch.arange(144.0).reshape(2, 72)
+    assert torch.equal(image(x), x.reshape(2, 3, 4, 6))
+    with pytest.raises(ValueError, match=r"\(N, 72\)"):
+        image(torch.zeros(2, 3 * 6 * 6))
 
 
 def test_mlp_structure_and_output() -> None:

@@ -48,8 +48,17 @@ from cfbook.paper.grid import (
 )
 from cfbook.paper.merge import _level, mean_accuracies, merge_results
 from cfbook.paper.settings import (
+    DEFAULT_LAMBDAS,
+    EPOCHS,
     EXPERIMENTS,
+    HIDDEN,
+    LAMBDA_ADV,
+    LAMBDA_DIV,
+    LR,
     MNIST_PROTECTED_ROWS,
+    SEARCH,
+    SYNTHETIC,
+    TEST_TAU,
     VARIANTS,
     Variant,
     load_experiment_data,
@@ -88,13 +97,58 @@ def test_settings_follow_the_papers_grid_configs():
     assert EXPERIMENTS["mnist"].individuals * 5 == 125  # per round, over the 5 energy weights
 
 
-def test_mnist_protects_its_top_and_bottom_five_pixel_rows():
+# Each data set's settings as the paper's grid and evaluation configurations give them
+# (../shared/reference/PAPER.md, "Training settings", from each grid_config.toml and
+# eval_config.toml): training rows, batch, training-time tau, counterfactuals per epoch, lambda_reg,
+# the protected feature, and the individuals per round and test-time energy weight.
+PAPER_SETTINGS = {
+    "lin_sep": (3000, 30, 0.5, 1000, 0.01, ("x1",), 250),
+    "circles": (3000, 30, 0.5, 1000, 0.5, ("x1",), 250),
+    "moons": (3000, 30, 0.9, 1000, 0.25, ("x1",), 250),
+    "over": (3000, 30, 0.5, 1000, 0.25, ("x1",), 250),
+    "adult": (25049, 1000, 0.75, 5000, 0.25, ("age",), 100),
+    "cali": (15504, 1000, 0.5, 5000, 0.25, ("HouseAge",), 100),
+    "credit": (9617, 1000, 0.5, 5000, 0.25, ("AGE",), 100),
+    "gmsc": (12371, 1000, 0.5, 5000, 0.5, ("age",), 100),
+    "mnist": (10000, 1000, 0.5, 5000, 0.01, ("rows",), 25),
+}
+
+
+def test_every_data_sets_settings_are_the_papers():
+    assert list(EXPERIMENTS) == list(PAPER_SETTINGS)  # the paper's order of the data sets
+    for key, expected in PAPER_SETTINGS.items():
+        e = EXPERIMENTS[key]
+        got = (e.n_train, e.batch_size, e.tau, e.nce, e.lambda_reg, e.protected, e.individuals)
+        assert got == expected, key
+        assert e.key == key
+        # The main grid's weights everywhere; without the ridge and the adversarial term in the
+        # synthetic sets' protected runs (their recorded grids), the main weights elsewhere.
+        assert e.lambdas("full") == (1.0, 0.5, e.lambda_reg, 0.25)
+        protected = (0.0, 0.0) if key in SYNTHETIC else (e.lambda_reg, 0.25)
+        assert e.lambdas("full_protected") == (1.0, 0.5, *protected), key
+    labels = [e.label for e in EXPERIMENTS.values()]
+    assert labels == ["LS", "Circ", "Moon", "OL", "Adult", "CH", "Cred", "GMSC", "MNIST"]
+    kinds = [e.kind for e in EXPERIMENTS.values()]
+    assert kinds == ["synthetic"] * 4 + ["tabular"] * 4 + ["image"]
+    assert SEARCH == {"maxiter": 30, "step_size": 0.1, "lambda_cost": 0.001, "lambda_energy": 5.0}
+    assert TEST_TAU == {"none": 0.95, "protected": 0.5}
+    assert (EPOCHS, LR, HIDDEN, LAMBDA_DIV, LAMBDA_ADV) == (100, 1e-3, 32, 0.5, 0.25)
+    assert DEFAULT_LAMBDAS == (1.0, 0.5, 0.1, 0.25)
+
+
+def test_mnist_protects_its_top_and_bottom_five_pixel_rows(capsys):
     data = load_experiment_data("mnist")
+    assert capsys.readouterr().out == ""  # quiet: the grid reports its own progress
     assert data.x.shape == (10_000, 784) and data.x_test.shape == (10_000, 784)
+    # 1,100 per class drawn, 100 of each held out for validation: the rest trains.
+    assert data.y.bincount().tolist() == [1000] * 10
+    assert data.y_val.bincount().tolist() == [100] * 10 and data.x_val.shape == (1000, 784)
+    assert data.domain == (-1.0, 1.0)
     assert "training split" in data.source
     frozen = [i for i, m in enumerate(data.protected_mutability) if m == "none"]
     # CT.jl's 1-based 1-140 and 645-784.
     assert frozen == [*range(140), *range(644, 784)]
+    assert data.protected_mutability.count("both") == 784 - 280
     assert MNIST_PROTECTED_ROWS == (0, 1, 2, 3, 4, 23, 24, 25, 26, 27)
 
 
@@ -743,6 +797,12 @@ def test_mnist_is_resampled_per_class_with_replacement_in_file_order():
     assert [int((labels[held] == c).sum()) for c in range(3)] == [10] * 3
     assert bool((train[1:] >= train[:-1]).all())  # the file's order, not a permutation
     assert rows.unique().numel() < rows.numel()  # with replacement: duplicates
+    # Drawn from its own seeded generator (42 unless given), whatever the global one's state.
+    torch.manual_seed(0)
+    again = paper_mnist_rows(labels, per_class=110, held_per_class=10, seed=42)
+    assert all(torch.equal(a, b) for a, b in zip(again, (train, held), strict=True))
+    other = paper_mnist_rows(labels, per_class=110, held_per_class=10, seed=43)
+    assert not torch.equal(other[0], train)
 
 
 def test_a_variant_runs_beside_the_paper_setup_into_its_own_folder(smoke):
