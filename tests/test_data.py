@@ -90,7 +90,10 @@ def test_load_shapes_ranges_and_domain(test_root: Path, no_network: None) -> Non
     assert data.x_val.shape == (2000, 784) and data.y_val.shape == (2000,)
     assert data.x_val.min() >= -1.0 and data.x_val.max() <= 1.0
     assert data.domain == [(-1.0, 1.0)] * 784
-    assert "test split" in data.source
+    assert data.split == "test"
+    # The folder as seen from above the data folder: no machine-specific path in printed text.
+    shown = f"{test_root.name}/MNIST/raw"
+    assert data.source.startswith(f"MNIST official test split (10000 images in {shown}), seeded")
 
 
 def test_scaling_matches_raw_pixels(test_root: Path) -> None:
@@ -118,6 +121,8 @@ def test_seeds_are_deterministic_and_held_out_set_ignores_n(test_root: Path) -> 
     assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.x_val, b.x_val)
     assert not torch.equal(a.x, c.x)
     assert torch.equal(bigger.x[:200], a.x) and torch.equal(bigger.x_val, a.x_val)
+    default = load_mnist(200, root=test_root, verbose=False)
+    assert torch.equal(default.x, load_mnist(200, root=test_root, seed=42, verbose=False).x)
 
 
 def test_val_fraction_sets_held_out_size(test_root: Path) -> None:
@@ -127,19 +132,28 @@ def test_val_fraction_sets_held_out_size(test_root: Path) -> None:
 
 
 def test_verbose_reports_the_source(test_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    load_mnist(10, root=test_root, verbose=True)
+    load_mnist(10, root=test_root)  # verbose by default
     out = capsys.readouterr().out
     assert "test split" in out and "10 training" in out
+    load_mnist(10, root=test_root, verbose=False)
+    assert capsys.readouterr().out == ""
 
 
 def test_too_many_samples_names_n_and_available(test_root: Path) -> None:
     with pytest.raises(ValueError, match=r"n=8001.*8000"):
         load_mnist(8001, root=test_root, verbose=False)
+    assert load_mnist(8000, root=test_root, verbose=False).x.shape[0] == 8000  # every one
+    assert load_mnist(1, root=test_root, verbose=False).x.shape[0] == 1
 
 
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
-    [({"n": 0}, "n must"), ({"n": 10, "val_fraction": 1.0}, "val_fraction")],
+    [
+        ({"n": 0}, "n must"),
+        ({"n": True}, "n must"),
+        ({"n": 10, "val_fraction": 1.0}, "val_fraction"),
+        ({"n": 10, "val_fraction": 1.5}, "val_fraction must be in"),
+    ],
 )
 def test_bad_arguments(test_root: Path, kwargs: dict, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
@@ -155,12 +169,24 @@ def test_corrupt_archive_fails_checksum_with_a_hint(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="checksum") as err:
         load_mnist(10, root=tmp_path, verbose=False)
     assert str(raw) in str(err.value) and "t10k-images-idx3-ubyte.gz" in str(err.value)
+    assert f"t10k-images-idx3-ubyte.gz into {raw} (the repository" in str(err.value)
 
 
 def test_missing_files_say_where_to_put_them(tmp_path: Path) -> None:
+    raw = tmp_path / "MNIST" / "raw"
     with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz") as err:
         load_mnist(10, root=tmp_path, verbose=False)
-    assert str(tmp_path / "MNIST" / "raw") in str(err.value)
+    files = "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz"
+    assert f"Put the official MNIST files {files} into {raw} (the" in str(err.value)
+    # Half a split: the missing file is named, whichever it is.
+    for present, missing in ((0, 1), (1, 0)):
+        shutil.rmtree(tmp_path / "MNIST", ignore_errors=True)
+        raw.mkdir(parents=True)
+        shutil.copy(REPO_DATA / "MNIST" / "raw" / TEST_FILES[present], raw)
+        with pytest.raises(FileNotFoundError, match="split is incomplete") as err:
+            load_mnist(10, root=tmp_path, verbose=False)
+        assert f"{TEST_FILES[missing].removesuffix('.gz')}(.gz) is missing" in str(err.value)
+        assert f"files {files} into {raw} (the" in str(err.value)
 
 
 def test_truncated_extracted_file_is_rebuilt_from_the_archive(tmp_path: Path) -> None:
@@ -171,6 +197,11 @@ def test_truncated_extracted_file_is_rebuilt_from_the_archive(tmp_path: Path) ->
     again = load_mnist(50, root=tmp_path, verbose=False)
     assert torch.equal(reference.x, again.x)
     assert not list(raw.glob("*.tmp"))
+    # Intact extracted files are read as they are, not decompressed again at every load.
+    extracted = [raw / name.removesuffix(".gz") for name in TEST_FILES]
+    before = [(p.stat().st_ino, p.stat().st_mtime_ns) for p in extracted]
+    load_mnist(50, root=tmp_path, verbose=False)
+    assert [(p.stat().st_ino, p.stat().st_mtime_ns) for p in extracted] == before
 
 
 def test_download_false_never_touches_the_network(tmp_path: Path, no_network: None) -> None:
@@ -277,7 +308,11 @@ def test_training_split_is_used_when_present(tmp_path: Path, no_network: None) -
     labels = torch.arange(40, dtype=torch.uint8) % 10
     _write_idx(raw, "train", images, labels)
     data = load_mnist(30, root=tmp_path, verbose=False)
-    assert "training split" in data.source
+    assert "training split" in data.source and data.split == "train"
+    # Its own seeded draw, whatever the global generator's state.
+    torch.manual_seed(0)
+    assert torch.equal(data.x, load_mnist(30, root=tmp_path, verbose=False).x)
+    assert not torch.equal(data.x, load_mnist(30, root=tmp_path, seed=1, verbose=False).x)
     assert _rows(data.x) <= _rows(images.reshape(40, 784).float() / 255 * 2 - 1)
     assert data.x_val.shape == (2000, 784)
     test_only = tmp_path / "test_only"
@@ -295,6 +330,22 @@ def test_incomplete_or_broken_training_split_is_reported(tmp_path: Path) -> None
     (raw / "train-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x00000801, 0))
     with pytest.raises(ValueError, match="could not read MNIST files"):
         load_mnist(10, root=tmp_path, verbose=False)
+    # Readable files that are not MNIST: other image sizes, a count mismatch, a label of 10.
+    rng = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (4, 28, 28), generator=rng, dtype=torch.uint8)
+    labels = torch.tensor([0, 1, 2, 3], dtype=torch.uint8)
+    header = struct.pack(">IIII", 0x00000803, 4, 27, 27)
+    (raw / "train-images-idx3-ubyte").write_bytes(header + images[:, :27, :27].numpy().tobytes())
+    (raw / "train-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, 4) + bytes(labels))
+    with pytest.raises(ValueError, match=r"shape \(4, 27, 27\).*expected N x 28 x 28"):
+        load_mnist(2, root=tmp_path, verbose=False)
+    _write_idx(raw, "train", images[:3], labels[:3])
+    (raw / "train-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, 4) + bytes(labels))
+    with pytest.raises(ValueError, match=r"shape \(3, 28, 28\) and .* 4 labels"):
+        load_mnist(2, root=tmp_path, verbose=False)
+    _write_idx(raw, "train", images, torch.tensor([0, 10, 2, 3], dtype=torch.uint8))
+    with pytest.raises(ValueError, match="labels outside 0-9"):
+        load_mnist(2, root=tmp_path, verbose=False)
 
 
 def test_find_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

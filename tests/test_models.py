@@ -85,6 +85,7 @@ def test_mlp_structure_and_output() -> None:
     assert [type(layer) for layer in deep] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]
     assert deep(torch.zeros(2, 4)).shape == (2, 3)
     assert [type(layer) for layer in mlp(hidden=())] == [nn.Linear]
+    assert mlp(in_features=1, hidden=(1,), num_classes=1)(torch.zeros(2, 1)).shape == (2, 1)
 
 
 @pytest.mark.parametrize(

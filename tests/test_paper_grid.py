@@ -33,6 +33,7 @@ from cfbook.book.figures.reproduction import (
     validity_text,
 )
 from cfbook.commands.paper import main
+from cfbook.data import load_adult, load_moons
 from cfbook.paper.agreement import binomial_se, count, level_agrees, reduction_agrees
 from cfbook.paper.files import Busy, locked
 from cfbook.paper.grid import (
@@ -56,6 +57,7 @@ from cfbook.paper.settings import (
     LAMBDA_DIV,
     LR,
     MNIST_PROTECTED_ROWS,
+    PAPER_SETUP,
     SEARCH,
     SYNTHETIC,
     TEST_TAU,
@@ -149,6 +151,31 @@ def test_mnist_protects_its_top_and_bottom_five_pixel_rows(capsys):
     # CT.jl's 1-based 1-140 and 645-784.
     assert frozen == [*range(140), *range(644, 784)]
     assert data.protected_mutability.count("both") == 784 - 280
+    assert data.categorical is None
+    assert "resampled as TaijaData's load_mnist: 1,100 per class with replacement, 100 of" in (
+        data.source
+    )
+
+
+def test_a_variant_changes_the_data_it_names_and_only_that():
+    # The synthetic generator and the one-hot groups come from the variant; the source is the
+    # loader's own for every data set but MNIST.
+    paper, sklearn = (
+        load_experiment_data("moons", variant=v) for v in (PAPER_SETUP, VARIANTS["sklearn_data"])
+    )
+    assert (
+        paper.source == load_moons().source
+        and sklearn.source == load_moons(generator="sklearn").source
+    )
+    assert paper.source != sklearn.source and not torch.equal(paper.x, sklearn.x)
+    adult = load_adult()
+    groups = {
+        name: load_experiment_data("adult", variant=VARIANTS[name]).categorical
+        for name in ("own_groups", "no_decoding")
+    }
+    assert load_experiment_data("adult").categorical == adult.categorical_groups()
+    assert groups == {"own_groups": adult.categorical_groups(False), "no_decoding": None}
+    assert adult.categorical_groups(False) != adult.categorical_groups()
     assert MNIST_PROTECTED_ROWS == (0, 1, 2, 3, 4, 23, 24, 25, 26, 27)
 
 
