@@ -162,6 +162,21 @@ EDITS = (
         "        return config\n",
         ("tests/test_paper_grid.py",),
     ),
+    Edit(
+        "the synthetic sets' protected feature misnamed, a constructor mutmut cannot reach "
+        "(it runs at import; pass 15)",
+        "cfbook/paper/settings.py",
+        'reg, ("x1",), 250, 0.0, 0.0)',
+        'reg, ("X1",), 250, 0.0, 0.0)',
+        ("tests/test_paper_grid.py",),
+    ),
+    Edit(
+        "MNIST's paper split drawn at 1,000 per class, leaving no validation rows (pass 15)",
+        "cfbook/paper/settings.py",
+        "(e.n_train + 1000) // 10, 100)",
+        "(e.n_train + 1000) // 11, 100)",
+        ("tests/test_paper_grid.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.
