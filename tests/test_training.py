@@ -120,11 +120,15 @@ HAND = {"implaus": 0.75, "reg_loss": 4.25, "adv_loss": CE, "implaus_valid": 1.0}
 
 
 class StubSearch(Generator):
-    """A search whose output is fixed by hand (see above); it advances ``clock`` by 100 s."""
+    """A search whose output is fixed by hand (see above); it advances ``clock`` by 100 s.
+    ``valid``: how many of the first rows each call (epoch) calls valid, 3 unless given."""
+
+    def __init__(self, valid: tuple[int, ...] = ()) -> None:
+        self.valid = list(valid)
 
     def generate(self, model, x, target, *, domain=None, mutability=None):
         cf = 2.0 * torch.nn.functional.one_hot(target, 2).float()
-        valid = torch.arange(len(x)) < 3
+        valid = torch.arange(len(x)) < (self.valid.pop(0) if self.valid else 3)
         STUB_CLOCK[0] += 100.0
         return CounterfactualResult(cf, x.clone(), valid, torch.full((len(x),), 7))
 
@@ -132,7 +136,7 @@ class StubSearch(Generator):
 STUB_CLOCK = [0.0]
 
 
-def hand_run(objective, **kwargs):
+def hand_run(objective, *, batch_size=4, lr=0.1, search=None, nepochs=1, **kwargs):
     x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
     y = torch.tensor([0, 0, 1, 1])
     model = torch.nn.Linear(2, 2)
@@ -142,11 +146,11 @@ def hand_run(objective, **kwargs):
     return counterfactual_training(
         objective,
         model,
-        StubSearch(),
-        DeviceLoader(x, y, batch_size=4),
-        torch.optim.SGD(model.parameters(), lr=0.1),
+        search or StubSearch(),
+        DeviceLoader(x, y, batch_size=batch_size),
+        torch.optim.SGD(model.parameters(), lr=lr),
         device="cpu",
-        nepochs=1,
+        nepochs=nepochs,
         domain=None,
         nce=4,
         verbose=0,
@@ -517,6 +521,40 @@ def test_labels_out_of_range_are_named():
             domain=None,
             verbose=0,
         )
+
+
+def test_an_epochs_figures_are_means_over_its_batches():
+    # The hand computation in two batches of two, the model frozen (lr 0): one batch holds two
+    # valid counterfactuals and the other one, so the batches' terms differ (implaus 1 and 0.5),
+    # and the epoch's figures are their means, the one-batch figures.
+    _, one = hand_run(FullObjective(), lr=0.0)
+    _, two = hand_run(FullObjective(), batch_size=2, lr=0.0)
+    figures = ("train_loss", "implaus", "reg_loss", "adv_loss", "implaus_valid", "percent_valid")
+    for name in (*figures, "avg_iter"):
+        assert getattr(two[0], name) == pytest.approx(getattr(one[0], name)), name
+    assert two[0].implaus == pytest.approx(HAND["implaus"])
+    assert two[0].reg_loss == pytest.approx(HAND["reg_loss"])
+
+
+def test_low_validity_warns_at_the_first_epoch_below_half_whatever_came_before():
+    # 4, 2 and 1 of 4 counterfactuals valid: half is enough, a quarter warns, and an earlier
+    # epoch that did not warn does not use up the run's one warning.
+    with pytest.warns(LowValidityWarning) as caught:
+        _, log = hand_run(FullObjective(), search=StubSearch(valid=(4, 2, 1, 0)), nepochs=4)
+    assert [r.percent_valid for r in log] == [1.0, 0.5, 0.25, 0.0]
+    (warning,) = [w for w in caught if w.category is LowValidityWarning]
+    message = str(warning.message)
+    assert message.startswith("epoch 3: only 25% of the counterfactuals were valid")
+    assert "the energy differential was exactly zero for 75% of them" in message
+
+
+def test_nce_of_one_per_batch_is_kept_and_more_than_the_data_refused():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="nce=")
+        _, log = toy_run(FullObjective(), nepochs=1, nce=3)  # 90 rows in batches of 30
+    assert log.meta["nce"] == 3
+    with pytest.raises(ValueError, match=r"nce=91 is larger than the training set \(90 samples\)"):
+        toy_run(FullObjective(), nepochs=1, nce=91)
 
 
 def test_small_nce_is_raised_to_one_per_batch():
