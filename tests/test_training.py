@@ -1,4 +1,5 @@
 import os
+import re
 import time
 import warnings
 
@@ -503,6 +504,34 @@ def test_reference_generator_trains_too():
 def test_bad_arguments_are_named(kwargs, error, message):
     with pytest.raises(error, match=message):
         toy_run(FullObjective(), nepochs=1, **kwargs)
+
+
+def test_the_arguments_edges_are_accepted(capsys):
+    # burnin = 1: every epoch a burn-in epoch, so no search at all; verbose = 1: a line an epoch.
+    _, log = toy_run(FullObjective(), ForbiddenGenerator(), nepochs=2, burnin=1.0, verbose=1)
+    assert [r.implaus for r in log] == [None, None]
+    assert capsys.readouterr().out.count("epoch") >= 2
+
+
+@pytest.mark.parametrize(
+    ("x", "got"),
+    [(toy_data()[0][:, :, None], "got shape (90, 10, 1)"), (toy_data()[0].long(), "got int64")],
+)
+def test_training_data_of_another_shape_or_type_are_named(x, got):
+    model = mlp(N_FEATURES, (16,), N_CLASSES)
+    loader = DeviceLoader(x, toy_data()[1], batch_size=30)
+    need = "the training data must be a floating-point tensor of shape (n_samples, n_features), "
+    with pytest.raises(ValueError, match=re.escape(need + got)):
+        counterfactual_training(
+            FullObjective(),
+            model,
+            NativeGenerator(),
+            loader,
+            torch.optim.Adam(model.parameters()),
+            nepochs=1,
+            device="cpu",
+            verbose=0,
+        )
 
 
 def test_labels_out_of_range_are_named():
