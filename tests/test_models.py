@@ -52,8 +52,8 @@ def test_resnet_num_classes() -> None:
 
 def test_resnet_gradients_reach_the_input(resnet: nn.Module) -> None:
     # Not zeros: in eval mode a fresh model's batch norms map a zero image to zero, where every
-    # ReLU's gradient is zero, so the test would pass or fail by whether another test trained the
-    # module-scoped model's running statistics first.
+    # ReLU's gradient is zero (a shared model passed only once another test had trained its
+    # running statistics).
     resnet.eval()
     x = (torch.rand(2, 784, generator=torch.Generator().manual_seed(0)) * 2 - 1).requires_grad_()
     resnet(x)[:, 3].sum().backward()

@@ -150,6 +150,7 @@ def test_mnist_protects_its_top_and_bottom_five_pixel_rows(capsys):
     frozen = [i for i, m in enumerate(data.protected_mutability) if m == "none"]
     # CT.jl's 1-based 1-140 and 645-784.
     assert frozen == [*range(140), *range(644, 784)]
+    assert MNIST_PROTECTED_ROWS == (0, 1, 2, 3, 4, 23, 24, 25, 26, 27)
     assert data.protected_mutability.count("both") == 784 - 280
     assert data.categorical is None
     assert "resampled as TaijaData's load_mnist: 1,100 per class with replacement, 100 of" in (
@@ -176,7 +177,6 @@ def test_a_variant_changes_the_data_it_names_and_only_that():
     assert load_experiment_data("adult").categorical == adult.categorical_groups()
     assert groups == {"own_groups": adult.categorical_groups(False), "no_decoding": None}
     assert adult.categorical_groups(False) != adult.categorical_groups()
-    assert MNIST_PROTECTED_ROWS == (0, 1, 2, 3, 4, 23, 24, 25, 26, 27)
 
 
 def test_tabular_cells_train_on_the_first_n_train_rows_of_the_training_part():

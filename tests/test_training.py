@@ -518,38 +518,31 @@ def test_the_arguments_edges_are_accepted(capsys):
     [(toy_data()[0][:, :, None], "got shape (90, 10, 1)"), (toy_data()[0].long(), "got int64")],
 )
 def test_training_data_of_another_shape_or_type_are_named(x, got):
-    model = mlp(N_FEATURES, (16,), N_CLASSES)
-    loader = DeviceLoader(x, toy_data()[1], batch_size=30)
     need = "the training data must be a floating-point tensor of shape (n_samples, n_features), "
     with pytest.raises(ValueError, match=re.escape(need + got)):
-        counterfactual_training(
-            FullObjective(),
-            model,
-            NativeGenerator(),
-            loader,
-            torch.optim.Adam(model.parameters()),
-            nepochs=1,
-            device="cpu",
-            verbose=0,
-        )
+        train_one_epoch_on(x, toy_data()[1])
 
 
 def test_labels_out_of_range_are_named():
     x, y = toy_data()
-    model = mlp(N_FEATURES, (16,), N_CLASSES)
-    loader = DeviceLoader(x, y + 1, batch_size=30)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\]"):
-        counterfactual_training(
-            FullObjective(),
-            model,
-            NativeGenerator(),
-            loader,
-            torch.optim.Adam(model.parameters()),
-            device="cpu",
-            nepochs=1,
-            domain=None,
-            verbose=0,
-        )
+        train_one_epoch_on(x, y + 1)
+
+
+def train_one_epoch_on(x: torch.Tensor, y: torch.Tensor) -> None:
+    """One epoch of CT on (x, y) with the toy model, for the checks of the training data."""
+    model = mlp(N_FEATURES, (16,), N_CLASSES)
+    counterfactual_training(
+        FullObjective(),
+        model,
+        NativeGenerator(),
+        DeviceLoader(x, y, batch_size=30),
+        torch.optim.Adam(model.parameters()),
+        device="cpu",
+        nepochs=1,
+        domain=None,
+        verbose=0,
+    )
 
 
 def test_an_epochs_figures_are_means_over_its_batches():
@@ -577,11 +570,12 @@ def test_low_validity_warns_at_the_first_epoch_below_half_whatever_came_before()
     assert "the energy differential was exactly zero for 75% of them" in message
 
 
-def test_nce_of_one_per_batch_is_kept_and_more_than_the_data_refused():
+def test_nce_from_one_per_batch_to_every_row_is_kept_and_one_more_refused():
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="nce=")
-        _, log = toy_run(FullObjective(), nepochs=1, nce=3)  # 90 rows in batches of 30
-    assert log.meta["nce"] == 3
+        _, fewest = toy_run(FullObjective(), nepochs=1, nce=3)  # 90 rows in batches of 30
+        _, most = toy_run(FullObjective(), nepochs=1, nce=90)
+    assert (fewest.meta["nce"], most.meta["nce"]) == (3, 90)
     with pytest.raises(ValueError, match=r"nce=91 is larger than the training set \(90 samples\)"):
         toy_run(FullObjective(), nepochs=1, nce=91)
 
