@@ -238,6 +238,12 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     assert set(results["ablation"]) == set(results["ig"]) == {"lin_sep", "adult"}
     assert {"full", "energy", "adversarial", "vanilla"} <= set(results["ablation"]["adult"])
     assert results["ig"]["adult"]["rounds"] == 2 * 4
+    # Each seed is also judged on its own, in the main grid's order of seeds.
+    assert results["ablation"]["adult"]["seeds"] == results["data"]["adult"]["seeds"] == [0, 1]
+    assert [s["rounds"] for s in results["ig"]["adult"]["per_seed"]] == [4, 4]
+    for objective in ("full", "energy", "adversarial"):
+        per_seed = results["ablation"]["adult"][objective]["per_seed"]
+        assert all(len(per_seed[m]) == 2 for m in ("ip", "ip_star_5", "cost"))
     assert ablation_table(results).count("\n") == 1 + 2 * 4
     assert ablation_text(results).startswith("- **IP** is significantly lower")
     assert "| Adult | 0.48 / 0.74 |" in ig_table(results)

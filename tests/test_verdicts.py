@@ -1,5 +1,5 @@
-"""The generated verdicts of the comparison and evaluation chapters, on crafted logs and results:
-a verdict must follow from the statistic that answers its question."""
+"""The generated verdicts of the comparison, evaluation and ablation chapters, on crafted logs and
+results: a verdict must follow from the statistic that answers its question, seed by seed."""
 
 from __future__ import annotations
 
@@ -108,17 +108,59 @@ def _rounds(ct, base, valid=1.0):
     }
 
 
-def test_the_paired_claim_follows_the_interval_over_all_seeds():
+def test_the_paired_claim_follows_every_seed_s_interval():
     better = {"runs": [{"per_round": _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])}] * 3}
     c = paired_comparison(better)
-    assert c["seeds"] == 3 and c["rounds"] == 9 and c["ip"]["significant"]
-    assert paired_text(c).startswith("**The claim held here:**")
-    assert "| IP (L1 to target-class digits) | 1 | 2 | +50.1 ±" in paired_table(c)
+    assert c["seeds"] == 3 and c["rounds"] == 9 and c["rounds_per_seed"] == [3, 3, 3]
+    assert c["ip"]["significant"] and all(r["significant"] for r in c["per_seed"]["ip"])
+    assert paired_text(c).startswith("**The claim held here:** in every seed")
+    row = next(line for line in paired_table(c).splitlines() if line.startswith("| IP (L1"))
+    assert row.startswith("| IP (L1 to target-class digits) | 1 | 2 | +50.1 ±")
+    assert row.endswith("| yes | 9 of 9 | +50.1 ✱ / +50.1 ✱ / +50.1 ✱ |")
     assert "length scale 0.5" not in paired_table(c)  # MNIST's MMD² vanishes there
     noisy = {"runs": [{"per_round": _rounds([1.0, 3.0, 0.5], [2.0, 1.0, 1.5])}]}
     assert paired_text(paired_comparison(noisy)).startswith("**The claim is not settled here:**")
-    worse = {"runs": [{"per_round": _rounds([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])}]}
-    assert paired_text(paired_comparison(worse)).startswith("**The claim did not hold here:**")
+    worse = {"runs": [{"per_round": _rounds([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])}] * 2}
+    assert paired_text(paired_comparison(worse)).startswith(
+        "**The claim did not hold here:** in every seed"
+    )
+
+
+def test_seeds_that_disagree_leave_the_claim_open_even_where_the_pooled_rounds_do_not():
+    # Seeds 0 and 1: CT lower in every round. Seed 2: differences -10, -10, +0.3, so its own
+    # 99 % quantile is -10 + 0.99 * 10.3 > 0 and its interval includes zero; pooled over the
+    # nine rounds it is -10 + 0.96 * 10.3 < 0, so the pooled interval excludes it.
+    seeds = [([1.0, 1.0, 1.0], [11.0, 11.0, 11.5])] * 2 + [([1.0, 1.0, 1.3], [11.0, 11.0, 1.0])]
+    c = paired_comparison({"runs": [{"per_round": _rounds(ct, bl)} for ct, bl in seeds]})
+    assert c["ip"]["significant"]
+    assert [r["significant"] for r in c["per_seed"]["ip"]] == [True, True, False]
+    text = paired_text(c)
+    assert text.startswith("**The claim is not settled here:**")
+    assert "excludes zero in CT's favour in 2 of 3 seeds and against it in 0" in text
+    against = [([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])] * 2 + [([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])]
+    c = paired_comparison({"runs": [{"per_round": _rounds(ct, bl)} for ct, bl in against]})
+    assert "in CT's favour in 2 of 3 seeds and against it in 1" in paired_text(c)
+
+
+def test_a_measure_resting_on_few_rounds_or_seeds_says_so():
+    full = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
+    sparse = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
+    sparse["full"]["ip_star_5"] = [None, None, None]  # no valid counterfactual of CT's
+    partial = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
+    partial["full"]["ip_star_5"] = [1.0, None, 0.9]
+    c = paired_comparison({"runs": [{"per_round": r} for r in (sparse, partial, full)]})
+    assert c["per_seed"]["ip_star_5"][0] is None and c["ip_star_5"]["rounds"] == 5
+    text = paired_text(c)
+    # The partial seed's two rounds: 1 - (1 / 2 + 0.9 / 1.9) / 2 = 51.3 %.
+    assert "reduction per seed: n/a / +51.3 ✱ (2 of 3 rounds) / +50.1 ✱ %" in text
+    assert "significantly lower with CT in 2 of 3 seeds, higher in 0; in 1 no round" in text
+    star = next(line for line in paired_table(c).splitlines() if line.startswith("| IP* "))
+    assert star.endswith("| 5 of 9 | n/a / +51.3 ✱ (2 of 3 rounds) / +50.1 ✱ |")
+    for r in (sparse, partial, full):
+        r["full"]["ip_star_5"] = [None, None, None]
+    c = paired_comparison({"runs": [{"per_round": r} for r in (sparse, partial, full)]})
+    assert "IP* (MMD², length scale 5): no round to measure in any seed." in paired_text(c)
+    assert "| no valid counterfactuals | 0 of 9 | n/a / n/a / n/a |" in paired_table(c)
 
 
 def test_robustness_is_compared_in_percentage_points_per_seed():
@@ -139,6 +181,160 @@ def test_robustness_is_compared_in_percentage_points_per_seed():
 def test_a_validity_gap_is_named_because_the_means_cover_different_factuals():
     rounds = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], valid=0.5)
     text = paired_text(paired_comparison({"runs": [{"per_round": rounds}]}))
-    assert "Validity differs: 50% of CT's test-time searches reach their target" in text
+    assert "Validity differs: 50% of CT's test-time searches reach their target (50% per" in text
+    assert "against 100% of the baseline's (100%)" in text
     level = paired_text(paired_comparison({"runs": [{"per_round": _rounds([1.0], [2.0])}]}))
     assert "Validity differs" not in level
+
+
+# The ablation chapter: each seed's models against its own baseline.
+
+
+def _ablation_eval(seed, rounds):
+    """One seed's ablation evaluation: ``rounds`` maps each objective to its per-round IP (the
+    other measures equal to it), with FGSM accuracies 0.9 for every objective but the baseline's
+    0.8."""
+    per_round = {
+        m: {"validity": [1.0] * len(v), "ip": v, "ip_star_5": v, "cost": v}
+        for m, v in rounds.items()
+    }
+    robust = {"clean": 0.95, "epsilons": [3 / 90], "fgsm": [0.9], "pgd": [0.9], "rows": 100}
+    return {
+        "config": {"seed": seed},
+        "unconstrained": {"per_round": per_round},
+        "robustness": {o: dict(robust) for o in ("energy", "adversarial")},
+    }
+
+
+def test_the_ablation_compares_each_seed_with_its_own_baseline_and_pools_only_beside():
+    from cfbook.evaluation.statistics import compare_rounds
+    from cfbook.paper.merge import _ablation
+
+    seeds = [
+        {
+            "full": [1.0, 1.1],
+            "energy": [1.0, 1.2],
+            "adversarial": [2.0, 2.2],
+            "vanilla": [2.0, 2.1],
+        },
+        {
+            "full": [3.0, 3.3],
+            "energy": [1.5, 1.4],
+            "adversarial": [2.5, 2.4],
+            "vanilla": [2.0, 2.2],
+        },
+    ]
+    merged = _ablation([_ablation_eval(s, r) for s, r in enumerate(seeds)])
+    assert merged["seeds"] == [0, 1]
+    for objective in ("full", "energy", "adversarial"):
+        for i, rounds in enumerate(seeds):
+            own = compare_rounds(rounds[objective], rounds["vanilla"])
+            assert merged[objective]["per_seed"]["ip"][i] == own
+        pooled = [v for r in seeds for v in r[objective]], [v for r in seeds for v in r["vanilla"]]
+        assert merged[objective]["ip"] == compare_rounds(*pooled)
+    assert merged["energy"]["robustness_per_seed"][1]["fgsm"] == [0.9]
+
+
+def _interval(low, high):
+    return {
+        "reduction": -(low + high) * 50,
+        "significant": low > 0 or high < 0,
+        "ci_low": low,
+        "ci_high": high,
+    }
+
+
+def _ablation_results(ip_per_seed, fgsm_full=(0.9, 0.9)):
+    """Merged results of one data set (LS), two seeds: CT's IP intervals per seed as given,
+    every other reduction not significant; CT's FGSM accuracy per seed against the baseline's
+    0.8."""
+    flat = [_interval(-1.0, 1.0)] * 2
+    acc = [{"clean": 0.9, "epsilons": [3 / 90], "fgsm": [f], "pgd": [f]} for f in fgsm_full]
+    base = [{"clean": 0.9, "epsilons": [3 / 90], "fgsm": [0.8], "pgd": [0.8]}] * 2
+    half = {
+        "per_seed": {"ip": flat, "ip_star_5": flat, "cost": flat},
+        "validity": 1.0,
+        "robustness": {"clean": 0.9, "epsilons": [3 / 90], "fgsm": [0.8]},
+        "robustness_per_seed": base,
+    }
+    full = {"per_seed": {"ip": ip_per_seed, "ip_star_5": flat, "cost": flat}, "validity": 1.0}
+    return {
+        "data": {"lin_sep": {"seeds": [0, 1], "robustness": {"full": acc, "vanilla": base}}},
+        "ablation": {
+            "lin_sep": {
+                "seeds": [0, 1],
+                "full": full,
+                "energy": half,
+                "adversarial": half,
+                "vanilla": {"validity": 1.0},
+            }
+        },
+    }
+
+
+def _bullet(text, label):
+    """The line of ``ablation_text`` on one measure."""
+    return next(line for line in text.splitlines() if line.startswith(f"- **{label}**"))
+
+
+def test_the_ablation_counts_a_term_only_where_every_seed_says_so():
+    from cfbook.book.figures.ablation import ablation_table, ablation_text
+
+    both = ablation_text(_ablation_results([_interval(-2.0, -1.0), _interval(-3.0, -0.5)]))
+    assert "in every seed with full (CT) on 1 (LS); energy only on 0" in _bullet(both, "IP")
+    assert "IP lower in every seed on 0 against 0" in both
+    one = _ablation_results([_interval(-2.0, -1.0), _interval(-3.0, 0.5)])
+    ip = _bullet(ablation_text(one), "IP")
+    assert "in every seed with full (CT) on 0 (none)" in ip
+    assert "higher in at least one seed with full (CT) on 0 (none)" in ip
+    assert "| LS | full (CT) | +150.0 ✱ / +125.0 | " in ablation_table(one)
+    opposite = ablation_text(_ablation_results([_interval(-2.0, -1.0), _interval(0.5, 3.0)]))
+    assert "higher in at least one seed with full (CT) on 1 (LS)" in _bullet(opposite, "IP")
+    # FGSM: CT's accuracy must beat the baseline's by more than the margin in every seed.
+    flat = [_interval(-1.0, 1.0)] * 2
+    robust = _bullet(ablation_text(_ablation_results(flat, (0.9, 0.86))), "FGSM robustness")
+    assert "full (CT) on 1 (LS); energy only on 0 (none)" in robust
+    robust = _bullet(ablation_text(_ablation_results(flat, (0.9, 0.84))), "FGSM robustness")
+    assert "full (CT) on 0 (none); energy only on 0 (none)" in robust
+
+
+def test_the_ablation_refuses_seeds_that_the_main_grid_did_not_train():
+    import pytest
+
+    from cfbook.book.figures.ablation import ablation_text
+
+    results = _ablation_results([_interval(-1.0, 1.0)] * 2)
+    results["data"]["lin_sep"]["seeds"] = [0, 2]
+    with pytest.raises(ValueError, match=r"the ablation's seeds \[0, 1\] are not the main grid's"):
+        ablation_text(results)
+
+
+def _ig_run(seed, ct, bl):
+    return {"config": {"seed": seed}, "per_round": {"full_protected": ct, "vanilla": bl}}
+
+
+def test_ig_sensitivity_is_judged_seed_by_seed():
+    from cfbook.book.figures.ablation import ig_table, ig_text
+    from cfbook.paper.merge import _ig
+
+    # Seed 0: CT lower in every round; seed 1: one round higher. Pooled, 0.995 of the way to the
+    # largest of 6 differences: -1 + 0.975 * 1.5 > 0, so the pooled interval includes zero too,
+    # while seed 0's own lies below it.
+    runs = [
+        _ig_run(0, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+        _ig_run(1, [0.0, 0.0, 1.5], [1.0, 1.0, 1.0]),
+    ]
+    ig = _ig(runs)
+    assert ig["rounds"] == 6 and ig["seeds"] == [0, 1]
+    assert [s["rounds"] for s in ig["per_seed"]] == [3, 3]
+    assert ig["per_seed"][0]["diff_high"] == -1.0 and ig["per_seed"][1]["diff_high"] > 0
+    results = {"ig": {"lin_sep": ig}}
+    assert "| yes | yes / n.s. |" in ig_table(results)
+    text = ig_text(results)
+    assert "in every seed on 0 of 1 data sets (none), in some seeds but not all on 1 (LS)" in text
+    results = {"ig": {"lin_sep": _ig([runs[0], _ig_run(1, [0.0] * 3, [2.0] * 3)])}}
+    assert "in every seed on 1 of 1 data sets (LS), in some seeds but not all on 0" in ig_text(
+        results
+    )
+    higher = _ig([_ig_run(0, [2.0] * 3, [1.0] * 3), _ig_run(1, [3.0] * 3, [1.0] * 3)])
+    assert "more sensitive in every seed on 1 (LS)" in ig_text({"ig": {"lin_sep": higher}})

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cfbook.evaluation.attacks import ATTACKS
-from cfbook.evaluation.statistics import compare_rounds, mean_se
+from cfbook.evaluation.statistics import compare_rounds, mean_of, mean_se
 
 #: Label and direction of each counterfactual measure (True: higher is better).
 MEASURE_LABELS = {
@@ -158,9 +158,21 @@ PAIRED_MEASURES = {
 }
 
 
+def _compare(ct: list[float | None], baseline: list[float | None]) -> dict[str, Any] | None:
+    """``compare_rounds``, or None where no round has valid counterfactuals of both models."""
+    try:
+        return compare_rounds(ct, baseline)
+    except ValueError:
+        return None
+
+
 def paired_comparison(paired: dict[str, Any]) -> dict[str, Any]:
-    """CT against the baseline under the paper's protocol, the rounds of every seed pooled (as
-    CT.jl's tables compare them: ``compare_rounds``), plus each model's mean validity."""
+    """CT against the baseline under the paper's protocol, per seed and over every seed's rounds.
+
+    Each seed is one CT model against one baseline, as the paper's one model per objective: a
+    claim about what training does rests on the seeds (``per_seed``). The pooled comparison
+    (``compare_rounds`` over all rounds) adds the spread between models to that of the rounds;
+    the table shows it beside the seeds. Validity is each model's mean over the rounds."""
     runs = paired["runs"]
     pooled = {
         m: {k: [v for r in runs for v in r["per_round"][m][k]] for k in runs[0]["per_round"][m]}
@@ -169,78 +181,134 @@ def paired_comparison(paired: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "seeds": len(runs),
         "rounds": len(pooled["full"]["validity"]),
-        "validity": {m: mean_se(pooled[m]["validity"])["mean"] for m in pooled},
+        "rounds_per_seed": [len(r["per_round"]["full"]["validity"]) for r in runs],
+        "validity": {m: mean_of(pooled[m]["validity"]) for m in pooled},
+        "validity_per_seed": {
+            m: [mean_of(r["per_round"][m]["validity"]) for r in runs] for m in pooled
+        },
+        "per_seed": {
+            key: [
+                _compare(r["per_round"]["full"][key], r["per_round"]["vanilla"][key]) for r in runs
+            ]
+            for key in PAIRED_MEASURES
+        },
     }
     for key in PAIRED_MEASURES:
-        try:
-            out[key] = compare_rounds(pooled["full"][key], pooled["vanilla"][key])
-        except ValueError:
-            out[key] = None
+        out[key] = _compare(pooled["full"][key], pooled["vanilla"][key])
     return out
 
 
+def _reduction(r: dict[str, Any]) -> str:
+    return f"{r['reduction']:+.1f}" if math.isfinite(r["reduction"]) else "n/a (baseline 0)"
+
+
+def _per_seed(c: dict[str, Any], key: str) -> str:
+    """Each seed's reduction, ✱ where significant, with its rounds where some had no value."""
+    shown = []
+    for r, n in zip(c["per_seed"][key], c["rounds_per_seed"], strict=True):
+        if r is None:
+            shown.append("n/a")
+            continue
+        text = _reduction(r) + (" ✱" if r["significant"] else "")
+        shown.append(text + (f" ({r['rounds']} of {n} rounds)" if r["rounds"] < n else ""))
+    return " / ".join(shown)
+
+
 def paired_table(c: dict[str, Any]) -> str:
-    """Markdown: each measure's means, the reduction (positive: CT better) and the interval."""
+    """Markdown: each measure over all seeds' rounds (means, reduction, interval, rounds with a
+    value) and each seed's reduction; positive: CT better."""
     lines = [
-        "| measure (lower is better) | CT | baseline | reduction, % ± SE (positive: CT better) "
-        "| 99 % interval of CT − baseline | significant |",
-        "|---|---:|---:|---:|---:|---|",
+        "| measure (lower is better) | CT | baseline | reduction, % ± SE, all rounds "
+        "| 99 % interval of CT − baseline | significant | rounds with a value "
+        "| reduction per seed, % (✱ significant) |",
+        "|---|---:|---:|---:|---:|---|---:|---|",
     ]
     for key, label in PAIRED_MEASURES.items():
         r = c[key]
         if r is None:
-            lines.append(f"| {label} | n/a | n/a | n/a | n/a | no valid counterfactuals |")
+            lines.append(
+                f"| {label} | n/a | n/a | n/a | n/a | no valid counterfactuals | 0 of "
+                f"{c['rounds']} | {_per_seed(c, key)} |"
+            )
             continue
         reduction = (
             f"{r['reduction']:+.1f} ± {r['se']:.1f}"
             if math.isfinite(r["reduction"]) and math.isfinite(r["se"])
-            else "n/a (baseline 0)"
+            else _reduction(r)
         )
         lines.append(
             f"| {label} | {r['ct']:.4g} | {r['baseline']:.4g} | {reduction} | "
-            f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] | {'yes' if r['significant'] else 'no'} |"
+            f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] | {'yes' if r['significant'] else 'no'} | "
+            f"{r['rounds']} of {c['rounds']} | {_per_seed(c, key)} |"
         )
     v = c["validity"]
-    lines.append(f"| validity (higher is better) | {v['full']:.3f} | {v['vanilla']:.3f} | | | |")
+    lines.append(
+        f"| validity (higher is better) | {v['full']:.3f} | {v['vanilla']:.3f} | | | | | |"
+    )
     return "\n".join(lines)
 
 
+def _tally(results: list[dict[str, Any] | None]) -> tuple[int, int, int]:
+    """Seeds where CT is significantly better, significantly worse, and with no value."""
+    better = sum(r is not None and r["significant"] and r["reduction"] > 0 for r in results)
+    worse = sum(r is not None and r["significant"] and r["reduction"] < 0 for r in results)
+    return better, worse, sum(r is None for r in results)
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
 def paired_text(c: dict[str, Any]) -> str:
-    """What the paired evaluation says about plausibility and cost, from its intervals."""
-    where = f"{c['seeds']} seed{'s' if c['seeds'] != 1 else ''}, {c['rounds']} rounds in all"
-    ip = c["ip"]
-    if ip is None:
+    """What the paired evaluation says about plausibility and cost, seed by seed: the claim
+    holds only where every seed's interval excludes zero in CT's favour."""
+    n = c["seeds"]
+    where = f"{_seeds(n)}, {c['rounds']} rounds in all"
+    better, worse, missing = _tally(c["per_seed"]["ip"])
+    if missing == n:
         return f"**Plausibility:** no valid counterfactuals to measure ({where})."
-    if ip["significant"] and ip["reduction"] > 0:
+    reductions = f"IP's reduction per seed: {_per_seed(c, 'ip')} %"
+    if better == n:
         head = (
-            "**The claim held here:** CT's valid counterfactuals lie closer to real digits of "
-            f"their target class (IP {ip['reduction']:+.1f} %), and the 99 % interval of the "
-            "difference excludes zero"
+            "**The claim held here:** in every seed, CT's valid counterfactuals lie closer to "
+            "real digits of their target class, and each seed's 99 % interval of the difference "
+            f"excludes zero ({reductions})"
         )
-    elif ip["significant"]:
+    elif worse == n:
         head = (
-            "**The claim did not hold here:** CT's valid counterfactuals lie farther from real "
-            f"digits of their target class (IP {ip['reduction']:+.1f} %), significantly"
+            "**The claim did not hold here:** in every seed, CT's valid counterfactuals lie "
+            f"farther from real digits of their target class, significantly ({reductions})"
         )
     else:
         head = (
-            f"**The claim is not settled here:** IP changes by {ip['reduction']:+.1f} %, but the "
-            "99 % interval of the difference includes zero"
+            f"**The claim is not settled here:** {reductions}, positive where CT's valid "
+            "counterfactuals lie closer to real digits of their target class. The 99 % interval "
+            f"of the difference excludes zero in CT's favour in {better} of {n} seeds and "
+            f"against it in {worse}" + (f"; {missing} had no round to measure" if missing else "")
         )
-    parts = [f"{head} ({where})."]
-    v = c["validity"]
+    parts = [f"{head} ({where}; ✱: that seed's interval excludes zero)."]
+    v, vs = c["validity"], c["validity_per_seed"]
     if abs(v["full"] - v["vanilla"]) > 0.1:
+        shown = {m: " / ".join(f"{x:.0%}" for x in vs[m]) for m in vs}
         parts.append(
-            f"Validity differs: {v['full']:.0%} of CT's test-time searches reach their target, "
-            f"against {v['vanilla']:.0%} of the baseline's, so the other measures average over "
-            "different factuals (CT's easier ones)."
+            f"Validity differs: {v['full']:.0%} of CT's test-time searches reach their target "
+            f"({shown['full']} per seed), against {v['vanilla']:.0%} of the baseline's "
+            f"({shown['vanilla']}), so the other measures average over different factuals "
+            "(CT's easier ones)."
         )
     for key in ("ip_star_5", "cost"):
-        r = c[key]
-        if r is None:
+        better, worse, missing = _tally(c["per_seed"][key])
+        label = PAIRED_MEASURES[key]
+        if missing == n:
+            parts.append(f"{label}: no round to measure in any seed.")
             continue
-        verdict = "significant" if r["significant"] else "not significant"
-        parts.append(f"{PAIRED_MEASURES[key]}: {r['reduction']:+.1f} %, {verdict}.")
+        unmeasured = (
+            f"; in {missing} no round had valid counterfactuals of both models" if missing else ""
+        )
+        parts.append(
+            f"{label}, reduction per seed: {_per_seed(c, key)} %: significantly lower with CT "
+            f"in {better} of {n} seeds, higher in {worse}{unmeasured}."
+        )
     return " ".join(parts)
 
 

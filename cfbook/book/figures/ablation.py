@@ -1,8 +1,10 @@
 """The ablation and sensitivity chapter's tables, figures and text, from the merged grid
 (``results.json``: its ``ablation`` and ``ig`` parts) and the paper's IG medians.
 
-Which term moves which measure is read from the intervals: an objective "reduces" a measure on a
-data set when its 99 % interval of per-round differences against the baseline lies below zero.
+Which term moves which measure is read seed by seed, as the paper's one model per objective: an
+objective "reduces" a measure on a data set when, in every seed, its 99 % interval of per-round
+differences against its baseline lies below zero. Pooling the seeds' rounds into one interval
+would mix the spread between models into that of the rounds; the figure shows the pooled figures.
 """
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ def interval_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _cell(r: dict[str, Any] | None) -> str:
-    if r is None or "reduction" not in r:
-        return "n/a"
-    return f"{r['reduction']:+.1f} ± {r['se']:.1f}{' ✱' if r['significant'] else ''}"
+def _cell(seeds: list[dict[str, Any] | None]) -> str:
+    """Each seed's reduction, ✱ where its interval excludes zero."""
+    return " / ".join(
+        "n/a"
+        if r is None or "reduction" not in r
+        else f"{r['reduction']:+.1f}{' ✱' if r['significant'] else ''}"
+        for r in seeds
+    )
 
 
 def _robust(results: dict[str, Any], key: str, objective: str) -> dict[str, Any]:
@@ -55,11 +61,27 @@ def _robust(results: dict[str, Any], key: str, objective: str) -> dict[str, Any]
     return results["ablation"][key][objective]["robustness"]
 
 
+def _robust_per_seed(results: dict[str, Any], key: str, objective: str) -> list[dict[str, Any]]:
+    """Each seed's accuracies of one objective's model, in the ablation's order of seeds."""
+    ablation = results["ablation"][key]
+    if objective not in ("full", "vanilla"):
+        return ablation[objective]["robustness_per_seed"]
+    data = results["data"][key]
+    if data["seeds"] != ablation["seeds"]:
+        raise ValueError(
+            f"{key}: the ablation's seeds {ablation['seeds']} are not the main grid's "
+            f"{data['seeds']}; run both parts of the grid with the same --seeds, then merge"
+        )
+    return data["robustness"][objective]
+
+
 def ablation_table(results: dict[str, Any]) -> str:
-    """Per data set and objective: reductions against the baseline (% ± SE, * = 99 % interval
-    excludes 0; positive = better), validity, clean and FGSM accuracy."""
+    """Per data set and objective: each seed's reductions against its baseline (%, ✱ = 99 %
+    interval excludes 0; positive = better), validity, clean and FGSM accuracy (means over the
+    seeds)."""
     lines = [
-        "| data | objective | IP | IP* | cost | validity | clean acc. | FGSM ε≈0.03 |",
+        "| data | objective | IP, per seed | IP*, per seed | cost, per seed | validity | "
+        "clean acc. | FGSM ε≈0.03 |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, rows in results.get("ablation", {}).items():
@@ -70,22 +92,45 @@ def ablation_table(results: dict[str, Any]) -> str:
             f"{bl['clean']:.2f} | {accuracy_at(bl, 'fgsm', FGSM_EPS):.2f} |"
         )
         for objective, name in OBJECTIVES.items():
-            r = rows[objective]
+            seeds = rows[objective]["per_seed"]
             acc = _robust(results, key, objective)
             lines.append(
-                f"| {label} | {name} | {_cell(r['ip'])} | {_cell(r['ip_star_5'])} | "
-                f"{_cell(r['cost'])} | {r['validity']:.2f} | {acc['clean']:.2f} | "
-                f"{accuracy_at(acc, 'fgsm', FGSM_EPS):.2f} |"
+                f"| {label} | {name} | {_cell(seeds['ip'])} | {_cell(seeds['ip_star_5'])} | "
+                f"{_cell(seeds['cost'])} | {rows[objective]['validity']:.2f} | "
+                f"{acc['clean']:.2f} | {accuracy_at(acc, 'fgsm', FGSM_EPS):.2f} |"
             )
     return "\n".join(lines)
 
 
-def _reduces(r: dict[str, Any] | None) -> bool:
-    return r is not None and "ci_high" in r and r["ci_high"] < 0
+def _reduces(seeds: list[dict[str, Any] | None]) -> bool:
+    """Whether every seed's 99 % interval of CT - baseline lies below zero."""
+    return bool(seeds) and all(r is not None and "ci_high" in r and r["ci_high"] < 0 for r in seeds)
 
 
-def ablation_text(results: dict[str, Any]) -> str:
-    """Which term moves which measure, counted over the data sets from the intervals."""
+def _raises(seeds: list[dict[str, Any] | None]) -> bool:
+    """Whether some seed's 99 % interval of CT - baseline lies above zero."""
+    return any(r is not None and "ci_low" in r and r["ci_low"] > 0 for r in seeds)
+
+
+def _more_robust(results: dict[str, Any], key: str, objective: str, margin: float) -> bool:
+    """Whether every seed's model is more accurate under FGSM than its baseline by ``margin``."""
+    pairs = zip(
+        _robust_per_seed(results, key, objective),
+        _robust_per_seed(results, key, "vanilla"),
+        strict=True,
+    )
+    return all(
+        accuracy_at(a, "fgsm", FGSM_EPS) > accuracy_at(b, "fgsm", FGSM_EPS) + margin
+        for a, b in pairs
+    )
+
+
+def _listed(labels: list[str]) -> str:
+    return f"{len(labels)} ({', '.join(labels) or 'none'})"
+
+
+def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
+    """Which term moves which measure in every seed, counted over the data sets."""
     ablation = results.get("ablation", {})
     n = len(ablation)
     if not n:
@@ -93,45 +138,45 @@ def ablation_text(results: dict[str, Any]) -> str:
             "No ablation results: run "
             "`python -m cfbook.commands.paper --objectives energy,adversarial`."
         )
-    out = []
-    for measure, label in MEASURES.items():
-        counts = {
-            o: [EXPERIMENTS[k].label for k, rows in ablation.items() if _reduces(rows[o][measure])]
-            for o in OBJECTIVES
-        }
-        parts = [
-            f"{OBJECTIVES[o]} on {len(v)} ({', '.join(v) or 'none'})" for o, v in counts.items()
-        ]
-        out.append(
-            f"- **{label}** is significantly lower than the baseline's with "
-            + "; ".join(parts)
-            + "."
-        )
-    robust = {
-        o: [
+
+    def reduced(objective: str, measure: str, test: Any = _reduces) -> list[str]:
+        return [
             EXPERIMENTS[k].label
-            for k in ablation
-            if accuracy_at(_robust(results, k, o), "fgsm", FGSM_EPS)
-            > accuracy_at(_robust(results, k, "vanilla"), "fgsm", FGSM_EPS) + 0.05
+            for k, rows in ablation.items()
+            if test(rows[objective]["per_seed"][measure])
         ]
+
+    out = [
+        f"- **{label}** is significantly lower than the baseline's in every seed with "
+        + "; ".join(f"{name} on {_listed(reduced(o, measure))}" for o, name in OBJECTIVES.items())
+        + ". It is significantly higher in at least one seed with "
+        + "; ".join(
+            f"{name} on {_listed(reduced(o, measure, _raises))}" for o, name in OBJECTIVES.items()
+        )
+        + "."
+        for measure, label in MEASURES.items()
+    ]
+    robust = {
+        o: [EXPERIMENTS[k].label for k in ablation if _more_robust(results, k, o, margin)]
         for o in OBJECTIVES
     }
     out.append(
-        "- **FGSM robustness** (accuracy at ε≈0.03 more than 5 points above the baseline's) with "
-        + "; ".join(
-            f"{OBJECTIVES[o]} on {len(v)} ({', '.join(v) or 'none'})" for o, v in robust.items()
-        )
+        f"- **FGSM robustness** (accuracy at ε≈0.03 more than {margin * 100:g} points above the "
+        "baseline's in every seed) with "
+        + "; ".join(f"{OBJECTIVES[o]} on {_listed(v)}" for o, v in robust.items())
         + "."
     )
-    energy_ip = len([k for k, rows in ablation.items() if _reduces(rows["energy"]["ip"])])
-    adv_ip = len([k for k, rows in ablation.items() if _reduces(rows["adversarial"]["ip"])])
+    energy_ip, adv_ip = len(reduced("energy", "ip")), len(reduced("adversarial", "ip"))
     if energy_ip > adv_ip:
         claim = "the energy term buys more of the plausibility gain than the adversarial term"
     elif energy_ip < adv_ip:
         claim = "the adversarial term alone lowers IP on more data sets than the energy term"
     else:
         claim = "neither half alone lowers IP on more data sets than the other"
-    out.append(f"\nOver the {n} data sets, {claim} ({energy_ip} against {adv_ip}).")
+    out.append(
+        f"\nOver the {n} data sets, {claim} (IP lower in every seed on {energy_ip} against "
+        f"{adv_ip})."
+    )
     return "\n".join(out)
 
 
@@ -160,39 +205,52 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def _sensitivity(r: dict[str, Any]) -> str:
+    """Whether CT is less sensitive than the baseline by one 99 % interval of CT - BL."""
+    return "yes" if r["diff_high"] < 0 else "no" if r["diff_low"] > 0 else "n.s."
+
+
 def ig_table(results: dict[str, Any]) -> str:
-    """IG sensitivity to the protected features: the paper's medians beside ours, with our 99 %
-    interval of the per-round differences CT - BL."""
+    """IG sensitivity to the protected features: the paper's medians beside ours (the seeds'
+    rounds pooled), with each seed's 99 % interval of the per-round differences CT - BL."""
     lines = [
-        "| data | paper CT / BL (median) | ours CT / BL (median) | our 99 % interval of CT − BL | "
-        "CT less sensitive? (paper / ours) |",
-        "|---|---|---|---|---|",
+        "| data | paper CT / BL (median) | ours CT / BL (median, seeds pooled) | our 99 % "
+        "interval of CT − BL, per seed | CT less sensitive? paper | ours, per seed |",
+        "|---|---|---|---|---|---|",
     ]
     for key, r in results.get("ig", {}).items():
         p_ct, p_bl = published.IG[key]
-        ours = "yes" if r["diff_high"] < 0 else "no" if r["diff_low"] > 0 else "not significant"
+        seeds = r["per_seed"]
+        intervals = " / ".join(f"[{s['diff_low']:.3f}, {s['diff_high']:.3f}]" for s in seeds)
         lines.append(
             f"| {EXPERIMENTS[key].label} | {p_ct:.2f} / {p_bl:.2f} | {r['ct_median']:.3f} / "
-            f"{r['bl_median']:.3f} | [{r['diff_low']:.3f}, {r['diff_high']:.3f}] | "
-            f"{'yes' if p_ct < p_bl else 'no'} / {ours} |"
+            f"{r['bl_median']:.3f} | {intervals} | {'yes' if p_ct < p_bl else 'no'} | "
+            f"{' / '.join(_sensitivity(s) for s in seeds)} |"
         )
     return "\n".join(lines)
 
 
 def ig_text(results: dict[str, Any]) -> str:
+    """Where CT is less (or more) sensitive to the protected features in every seed."""
     ig = results.get("ig", {})
     if not ig:
         return "No IG results: run `python -m cfbook.commands.paper --ig`."
-    lower = [EXPERIMENTS[k].label for k, r in ig.items() if r["diff_high"] < 0]
-    higher = [EXPERIMENTS[k].label for k, r in ig.items() if r["diff_low"] > 0]
+    verdicts = {k: [_sensitivity(s) for s in r["per_seed"]] for k, r in ig.items()}
+    lower = [EXPERIMENTS[k].label for k, v in verdicts.items() if set(v) == {"yes"}]
+    higher = [EXPERIMENTS[k].label for k, v in verdicts.items() if set(v) == {"no"}]
+    some = [
+        EXPERIMENTS[k].label
+        for k, v in verdicts.items()
+        if "yes" in v and EXPERIMENTS[k].label not in lower
+    ]
     paper_lower = [EXPERIMENTS[k].label for k in ig if published.IG[k][0] < published.IG[k][1]]
     return (
-        f"CT trained with the protected feature immutable is significantly less sensitive to it "
-        f"than the baseline on {len(lower)} of {len(ig)} data sets ({', '.join(lower) or 'none'}) "
-        f"and more sensitive on {len(higher)} ({', '.join(higher) or 'none'}); the paper's medians "
-        f"are lower for CT on {len(paper_lower)} ({', '.join(paper_lower)}). The scales differ: "
-        "the paper's text does not say how its table's medians were scaled, so compare directions, "
-        "not values."
+        "CT trained with the protected feature immutable is significantly less sensitive to it "
+        f"than the baseline in every seed on {len(lower)} of {len(ig)} data sets "
+        f"({', '.join(lower) or 'none'}), in some seeds but not all on {_listed(some)}, and "
+        f"more sensitive in every seed on {_listed(higher)}; the paper's medians are lower for "
+        f"CT on {_listed(paper_lower)}. The scales differ: the paper's text does not say how its "
+        "table's medians were scaled, so compare directions, not values."
     )
 
 

@@ -401,7 +401,7 @@ def _accuracies(runs: list[dict[str, Any]], attack: str | None) -> list[tuple[fl
     out = []
     for r in runs:
         a = r["clean"] if attack is None else accuracy_at(r, attack, FGSM_EPS)
-        out.append((a, binomial_se(a, r.get("rows", 1))))
+        out.append((a, binomial_se(a, r["rows"])))
     return out
 
 
