@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cfbook.book.figures.evaluation import (
@@ -76,15 +78,26 @@ def pair() -> tuple[dict, dict]:
 
 def test_accuracy_changes_are_paired_per_seed_in_percentage_points(pair):
     robust = {row.key: row for row in compare_robustness(*pair)}
-    # FGSM accuracy, higher is better: +14.3, +13.9, +13.5 % relative, +10 pp each.
-    assert robust["fgsm_0.03"].change["mean"] == pytest.approx(
-        100 * (0.10 / 0.70 + 0.10 / 0.72 + 0.10 / 0.74) / 3
-    )
-    assert robust["fgsm_0.03"].change["pp"] == pytest.approx([10.0, 10.0, 10.0])
-    assert robust["clean"].ct_better is False
-    table = comparison_table(list(robust.values()))
-    fgsm = next(line for line in table.splitlines() if "FGSM accuracy, eps 0.03" in line)
-    assert fgsm.endswith("| +10.0 pp ± 0.0 |")
+    assert list(robust) == ["clean", "fgsm_0.03", "pgd_0.03"]
+    # Seed by seed: clean 0.90 - 0.92 = -2 pp ...; FGSM 0.80 - 0.70 = +10 pp each.
+    assert robust["clean"].pp == pytest.approx([-2.0, -2.0, -2.0])
+    assert robust["fgsm_0.03"].pp == pytest.approx([10.0, 10.0, 10.0])
+    assert robust["pgd_0.03"].label == "PGD accuracy, eps 0.03"
+    assert robust["fgsm_0.03"].ct == pair[0]["robustness"]["summary"]["fgsm"][0]
+    assert robust["fgsm_0.03"].baseline == pair[1]["robustness"]["summary"]["fgsm"][0]
+    table = comparison_table(list(robust.values())).splitlines()
+    assert table[0].startswith("| measure (higher is better) | CT | baseline | CT − baseline, pp")
+    assert table[2] == "| clean accuracy | 0.900 ± 0.0058 | 0.920 ± 0.0058 | -2.0 ± 0.0 |"
+    assert table[3] == "| FGSM accuracy, eps 0.03 | 0.820 ± 0.012 | 0.720 ± 0.012 | +10.0 ± 0.0 |"
+    # One seed: no standard errors; three significant digits from 1 up; no figure reads n/a.
+    one = replace(robust["clean"], ct={"mean": 12.345, "se": None}, pp=[4.0])
+    one = replace(one, baseline={"mean": 1.0, "se": None})
+    none = replace(one, ct={"mean": None, "se": None}, pp=[])
+    table = comparison_table([one, none]).splitlines()
+    assert table[2:] == [
+        "| clean accuracy | 12.3 | 1 | +4.0 |",
+        "| clean accuracy | n/a | 1 | n/a |",
+    ]
 
 
 def test_evaluations_of_different_runs_are_refused(pair):

@@ -167,15 +167,23 @@ def test_robustness_is_compared_in_percentage_points_per_seed():
     row = Comparison(
         "fgsm_0.03",
         "FGSM accuracy, eps 0.03",
-        True,
         {"mean": 0.8, "se": 0.01},
         {"mean": 0.7, "se": 0.01},
-        {"mean": 14.0, "se": 1.0, "pp": [10.0, 9.0, 11.0]},
+        [10.0, 9.0, 11.0],
     )
     text = robustness_text([row])
     assert "+10.0 ± 0.6 percentage points" in text and "higher with CT" in text
-    row.change["pp"][:] = [10.0, -9.0, 1.0]
+    assert "(+10.0, +9.0, +11.0 per seed)" in text
+    row.pp[:] = [-10.0, -9.0, -11.0]
+    assert "lower with CT" in robustness_text([row])
+    row.pp[:] = [10.0, -9.0, 1.0]
     assert "comparable within the spread between seeds" in robustness_text([row])
+    clean = Comparison("clean", "clean accuracy", {}, {}, [1.0])
+    other = Comparison("fgsm_0.05", "FGSM accuracy, eps 0.05", {}, {}, [1.0])
+    text = robustness_text([clean, other, row])
+    assert text.startswith("**clean accuracy:** CT minus baseline +1.0 percentage points (+1.0")
+    assert "eps 0.05" not in text and text.count("**") == 4
+    assert robustness_text([Comparison("clean", "clean accuracy", {}, {}, [])]) == ""
 
 
 def test_a_validity_gap_is_named_because_the_means_cover_different_factuals():

@@ -11,44 +11,20 @@ from typing import Any
 from cfbook.evaluation.attacks import ATTACKS
 from cfbook.evaluation.statistics import compare_rounds, mean_of, mean_se
 
-#: Label and direction of each counterfactual measure (True: higher is better).
-MEASURE_LABELS = {
-    "validity": ("validity", True),
-    "cost": ("cost", False),
-    "ip": ("IP", False),
-    "ip_star": ("IP*", False),
-}
 ATTACK_EPS = 0.03
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One measure, CT against the baseline: means and standard errors over runs, and the
-    paired per-run percentage change (positive: CT better)."""
+    """One accuracy (clean or under an attack), CT against the baseline: each side's mean and
+    standard error over its models, and ``pp``, each seed's CT minus baseline in percentage
+    points (positive: CT better)."""
 
     key: str
     label: str
-    higher_is_better: bool
     ct: dict[str, Any]
     baseline: dict[str, Any]
-    change: dict[str, Any]
-
-    @property
-    def ct_better(self) -> bool | None:
-        mean = self.change["mean"]
-        return None if mean is None else mean > 0
-
-    @property
-    def clear(self) -> bool:
-        """Whether the change exceeds twice its standard error (one run: never clear)."""
-        mean, se = self.change["mean"], self.change["se"]
-        return mean is not None and se is not None and abs(mean) > 2 * se
-
-
-def _change(ct: float | None, base: float | None, higher_is_better: bool) -> float | None:
-    if ct is None or base is None or base == 0:
-        return None
-    return 100.0 * ((ct - base) if higher_is_better else (base - ct)) / abs(base)
+    pp: list[float]
 
 
 def _check_pair(full: dict[str, Any], vanilla: dict[str, Any]) -> None:
@@ -61,41 +37,32 @@ def _check_pair(full: dict[str, Any], vanilla: dict[str, Any]) -> None:
         raise ValueError("the two evaluations used different settings; evaluate both again")
 
 
-def _accuracy_change(pairs: list[tuple[float, float]]) -> dict[str, Any]:
-    """The relative change of an accuracy (mean and SE over the seeds) and, under ``"pp"``, each
-    seed's difference CT minus baseline in percentage points."""
-    return {
-        **mean_se([_change(ct, base, True) for ct, base in pairs]),
-        "pp": [100.0 * (ct - base) for ct, base in pairs],
-    }
-
-
 def compare_robustness(full: dict[str, Any], vanilla: dict[str, Any]) -> list[Comparison]:
-    """Clean accuracy and accuracy under each attack and epsilon, CT against the baseline."""
+    """Clean accuracy and accuracy under each attack and epsilon, CT against the baseline, the
+    models paired by training seed."""
     _check_pair(full, vanilla)
-    a, b = full["robustness"]["per_model"], vanilla["robustness"]["per_model"]
-    pairs = list(zip(a, b, strict=False))  # models pair by training seed; one model pairs once
+    pairs = list(
+        zip(full["robustness"]["per_model"], vanilla["robustness"]["per_model"], strict=True)
+    )
+    summary_ct, summary_bl = full["robustness"]["summary"], vanilla["robustness"]["summary"]
     rows = [
         Comparison(
             "clean",
             "clean accuracy",
-            True,
-            full["robustness"]["summary"]["clean"],
-            vanilla["robustness"]["summary"]["clean"],
-            _accuracy_change([(x["clean"], y["clean"]) for x, y in pairs]),
+            summary_ct["clean"],
+            summary_bl["clean"],
+            [100.0 * (x["clean"] - y["clean"]) for x, y in pairs],
         )
     ]
-    summary_ct, summary_bl = full["robustness"]["summary"], vanilla["robustness"]["summary"]
     for attack in ATTACKS:
         for i, eps in enumerate(summary_ct["epsilons"]):
             rows.append(
                 Comparison(
                     f"{attack}_{eps:g}",
                     f"{attack.upper()} accuracy, eps {eps:g}",
-                    True,
                     summary_ct[attack][i],
                     summary_bl[attack][i],
-                    _accuracy_change([(x[attack][i], y[attack][i]) for x, y in pairs]),
+                    [100.0 * (x[attack][i] - y[attack][i]) for x, y in pairs],
                 )
             )
     return rows
@@ -108,33 +75,19 @@ def _value(stat: dict[str, Any], digits: int = 3) -> str:
     return text if stat["se"] is None else f"{text} ± {stat['se']:.2g}"
 
 
-def _pct(stat: dict[str, Any]) -> str:
-    if stat["mean"] is None:
-        return "n/a"
-    text = f"{stat['mean']:+.1f} %"
-    return text if stat["se"] is None else f"{text} ± {stat['se']:.1f}"
-
-
 def comparison_table(rows: list[Comparison]) -> str:
-    """Markdown: CT, baseline and the change, positive = CT better: in percentage points for
-    accuracies (rows that carry per-seed ``pp`` differences), in relative % otherwise."""
+    """Markdown: CT's and the baseline's accuracy, and CT minus baseline in percentage points,
+    mean ± SE over the seeds (positive: CT better)."""
     lines = [
-        "| measure | CT | baseline | change (positive: CT better) |",
+        "| measure (higher is better) | CT | baseline | CT − baseline, pp (positive: CT better) |",
         "|---|---:|---:|---:|",
     ]
     for row in rows:
-        direction = "higher" if row.higher_is_better else "lower"
-        if "pp" in row.change:
-            stat = mean_se(row.change["pp"])
-            change = "n/a" if stat["mean"] is None else f"{stat['mean']:+.1f} pp"
-            if stat["se"] is not None:
-                change += f" ± {stat['se']:.1f}"
-        else:
-            change = _pct(row.change)
-        lines.append(
-            f"| {row.label} ({direction} is better) | {_value(row.ct)} | "
-            f"{_value(row.baseline)} | {change} |"
-        )
+        stat = mean_se(row.pp)
+        change = "n/a" if stat["mean"] is None else f"{stat['mean']:+.1f}"
+        if stat["se"] is not None:
+            change += f" ± {stat['se']:.1f}"
+        lines.append(f"| {row.label} | {_value(row.ct)} | {_value(row.baseline)} | {change} |")
     return "\n".join(lines)
 
 
@@ -319,7 +272,7 @@ def robustness_text(robustness: list[Comparison], eps: float = ATTACK_EPS) -> st
     for row in robustness:
         if row.key not in ("clean", f"fgsm_{eps:g}"):
             continue
-        diffs = row.change.get("pp", [])
+        diffs = row.pp
         if not diffs:
             continue
         stat = mean_se(diffs)
