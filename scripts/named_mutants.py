@@ -177,6 +177,21 @@ EDITS = (
         "(e.n_train + 1000) // 11, 100)",
         ("tests/test_paper_grid.py",),
     ),
+    Edit(
+        "the evaluation chapter's plausibility claim read from every seed's rounds pooled "
+        "(pass 16)",
+        "cfbook/book/report.py",
+        '    better, worse, missing = _tally(c["per_seed"]["ip"])\n',
+        '    better, worse, missing = _tally([c["ip"]] * n)\n',
+        ("tests/test_verdicts.py",),
+    ),
+    Edit(
+        "the ablation's counts read from every seed's rounds pooled (pass 16)",
+        "cfbook/book/figures/ablation.py",
+        'if test(rows[objective]["per_seed"][measure])',
+        "if test([rows[objective][measure]])",
+        ("tests/test_verdicts.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

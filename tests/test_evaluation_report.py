@@ -86,7 +86,10 @@ def test_accuracy_changes_are_paired_per_seed_in_percentage_points(pair):
     assert robust["fgsm_0.03"].ct == pair[0]["robustness"]["summary"]["fgsm"][0]
     assert robust["fgsm_0.03"].baseline == pair[1]["robustness"]["summary"]["fgsm"][0]
     table = comparison_table(list(robust.values())).splitlines()
-    assert table[0].startswith("| measure (higher is better) | CT | baseline | CT − baseline, pp")
+    assert table[:2] == [
+        "| measure (higher is better) | CT | baseline | CT − baseline, pp (positive: CT better) |",
+        "|---|---:|---:|---:|",
+    ]
     assert table[2] == "| clean accuracy | 0.900 ± 0.0058 | 0.920 ± 0.0058 | -2.0 ± 0.0 |"
     assert table[3] == "| FGSM accuracy, eps 0.03 | 0.820 ± 0.012 | 0.720 ± 0.012 | +10.0 ± 0.0 |"
     # One seed: no standard errors; three significant digits from 1 up; no figure reads n/a.
@@ -103,11 +106,21 @@ def test_accuracy_changes_are_paired_per_seed_in_percentage_points(pair):
 def test_evaluations_of_different_runs_are_refused(pair):
     full, vanilla = pair
     vanilla["meta"]["profile"] = "smoke"
-    with pytest.raises(ValueError, match="different profiles"):
+    with pytest.raises(ValueError, match="^evaluations of different profiles: 'cpu' and 'smoke'$"):
         compare_robustness(full, vanilla)
     vanilla["meta"]["profile"] = "cpu"
     vanilla["config"] = {"epsilons": [0.05]}
-    with pytest.raises(ValueError, match="different settings"):
+    settings = "^the two evaluations used different settings; evaluate both again$"
+    with pytest.raises(ValueError, match=settings):
+        compare_robustness(full, vanilla)
+    vanilla["config"] = full["config"]
+    vanilla["n_models"] = 2
+    with pytest.raises(ValueError, match=settings):
+        compare_robustness(full, vanilla)
+    # A damaged file whose models do not pair one to one is refused, not truncated.
+    vanilla["n_models"] = 3
+    vanilla["robustness"]["per_model"].pop()
+    with pytest.raises(ValueError, match="zip"):
         compare_robustness(full, vanilla)
 
 

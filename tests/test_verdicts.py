@@ -171,25 +171,40 @@ def test_robustness_is_compared_in_percentage_points_per_seed():
         {"mean": 0.7, "se": 0.01},
         [10.0, 9.0, 11.0],
     )
-    text = robustness_text([row])
-    assert "+10.0 ± 0.6 percentage points" in text and "higher with CT" in text
-    assert "(+10.0, +9.0, +11.0 per seed)" in text
+    assert robustness_text([row]) == (
+        "**FGSM accuracy, eps 0.03:** CT minus baseline +10.0 ± 0.6 percentage points "
+        "(+10.0, +9.0, +11.0 per seed): higher with CT."
+    )
     row.pp[:] = [-10.0, -9.0, -11.0]
-    assert "lower with CT" in robustness_text([row])
+    assert robustness_text([row]).endswith("per seed): lower with CT.")
+    row.pp[:] = [0.5, 0.6, 0.55]  # a clear difference smaller than one point
+    assert robustness_text([row]).endswith("per seed): higher with CT.")
     row.pp[:] = [10.0, -9.0, 1.0]
-    assert "comparable within the spread between seeds" in robustness_text([row])
+    assert robustness_text([row]).endswith("per seed): comparable within the spread between seeds.")
+    # Only clean accuracy and FGSM at the chapter's epsilon are read; a row without seeds is
+    # skipped, not the end of the text.
+    empty = Comparison("clean", "clean accuracy", {}, {}, [])
     clean = Comparison("clean", "clean accuracy", {}, {}, [1.0])
     other = Comparison("fgsm_0.05", "FGSM accuracy, eps 0.05", {}, {}, [1.0])
-    text = robustness_text([clean, other, row])
-    assert text.startswith("**clean accuracy:** CT minus baseline +1.0 percentage points (+1.0")
-    assert "eps 0.05" not in text and text.count("**") == 4
-    assert robustness_text([Comparison("clean", "clean accuracy", {}, {}, [])]) == ""
+    text = robustness_text([empty, clean, other, row])
+    first, second = text.split("\n\n")
+    assert first == (
+        "**clean accuracy:** CT minus baseline +1.0 percentage points (+1.0 per seed): "
+        "comparable within the spread between seeds."
+    )
+    assert second.startswith("**FGSM accuracy, eps 0.03:**")
+    assert robustness_text([empty]) == ""
 
 
 def test_a_validity_gap_is_named_because_the_means_cover_different_factuals():
     rounds = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], valid=0.5)
     text = paired_text(paired_comparison({"runs": [{"per_round": rounds}]}))
     assert "Validity differs: 50% of CT's test-time searches reach their target (50% per" in text
+    two = paired_text(paired_comparison({"runs": [{"per_round": rounds}] * 2}))
+    assert (
+        "reach their target (50% / 50% per seed), against 100% of the baseline's (100% / 100%)"
+        in two
+    )
     assert "against 100% of the baseline's (100%)" in text
     level = paired_text(paired_comparison({"runs": [{"per_round": _rounds([1.0], [2.0])}]}))
     assert "Validity differs" not in level
@@ -243,9 +258,17 @@ def test_the_ablation_compares_each_seed_with_its_own_baseline_and_pools_only_be
     assert merged["energy"]["robustness_per_seed"][1]["fgsm"] == [0.9]
 
 
+def test_ig_differences_are_taken_in_double_precision():
+    from cfbook.paper.merge import _ig_stats
+
+    # 0.1 in single precision is 0.10000000149...: the interval must be exactly ±0.1.
+    assert _ig_stats([0.1] * 3, [0.0] * 3)["diff_low"] == 0.1
+    assert _ig_stats([0.0] * 3, [0.1] * 3)["diff_high"] == -0.1
+
+
 def _interval(low, high):
     return {
-        "reduction": -(low + high) * 50,
+        "reduction": 0.0 - (low + high) * 50,
         "significant": low > 0 or high < 0,
         "ci_low": low,
         "ci_high": high,
@@ -346,3 +369,221 @@ def test_ig_sensitivity_is_judged_seed_by_seed():
     )
     higher = _ig([_ig_run(0, [2.0] * 3, [1.0] * 3), _ig_run(1, [3.0] * 3, [1.0] * 3)])
     assert "more sensitive in every seed on 1 (LS)" in ig_text({"ig": {"lin_sep": higher}})
+
+
+def test_an_ig_interval_that_touches_zero_is_not_significant():
+    from cfbook.book.figures.ablation import ig_table
+
+    seeds = [(-1.0, 0.0), (0.0, 1.0), (-2.0, -1.0), (1.0, 2.0)]
+    ig = {
+        "ct_median": 0.25,
+        "bl_median": 0.5,
+        "per_seed": [{"diff_low": low, "diff_high": high} for low, high in seeds],
+    }
+    assert ig_table({"ig": {"lin_sep": ig}}).splitlines() == [
+        "| data | paper CT / BL (median) | ours CT / BL (median, seeds pooled) | our 99 % "
+        "interval of CT − BL, per seed | CT less sensitive? paper | ours, per seed |",
+        "|---|---|---|---|---|---|",
+        "| LS | 0.21 / 30.69 | 0.250 / 0.500 | [-1.000, 0.000] / [0.000, 1.000] / "
+        "[-2.000, -1.000] / [1.000, 2.000] | yes | n.s. / n.s. / yes / no |",
+    ]
+
+
+def test_ig_text_names_the_data_sets_and_the_paper_s_directions():
+    from cfbook.book.figures.ablation import ig_table, ig_text
+
+    def ig(*intervals):
+        return {
+            "ct_median": 0.1,
+            "bl_median": 0.2,
+            "per_seed": [{"diff_low": low, "diff_high": high} for low, high in intervals],
+        }
+
+    results = {
+        "ig": {
+            "lin_sep": ig((-2.0, -1.0), (-3.0, -0.5)),
+            "circles": ig((-2.0, -1.0), (-3.0, -0.5)),
+            "gmsc": ig((-1.0, 1.0), (-1.0, 1.0)),
+        }
+    }
+    assert ig_text(results) == (
+        "CT trained with the protected feature immutable is significantly less sensitive to it "
+        "than the baseline in every seed on 2 of 3 data sets (LS, Circ), in some seeds but not "
+        "all on 0 (none), and more sensitive in every seed on 0 (none); the paper's medians are "
+        "lower for CT on 2 (LS, Circ). The scales differ: the paper's text does not say how its "
+        "table's medians were scaled, so compare directions, not values."
+    )
+    # GMSC's paper medians are higher for CT (0.71 against 0.16).
+    assert ig_table(results).splitlines()[-1].endswith("| no | n.s. / n.s. |")
+    assert ig_text({}) == "No IG results: run `python -m cfbook.commands.paper --ig`."
+    assert len(ig_table({}).splitlines()) == 2
+
+
+def _run(ip, ip_base, star, star_base, cost, cost_base):
+    """One seed's paired rounds (two): CT's validity 0.2, the baseline's 0.1 (exactly 0.1 apart,
+    which is not a validity gap)."""
+    return {
+        "per_round": {
+            "full": {"validity": [0.2, 0.2], "ip": ip, "ip_star_5": star, "cost": cost},
+            "vanilla": {
+                "validity": [0.1, 0.1],
+                "ip": ip_base,
+                "ip_star_5": star_base,
+                "cost": cost_base,
+            },
+        }
+    }
+
+
+# Seed 0: IP 0.995 against 1 in both rounds (+0.5 %, significant), IP* in one round only, cost
+# against a baseline of 0 (no ratio). Seed 1: IP ratios 0.5 and 3 (-75 %, not significant), no
+# IP* at all, cost halved (+50 %, significant).
+SEED_0 = _run([0.995, 0.995], [1.0, 1.0], [None, 1.0], [2.0, 2.0], [1.0, 1.0], [0.0, 0.0])
+SEED_1 = _run([1.0, 3.0], [2.0, 1.0], [None, None], [2.0, 2.0], [1.0, 1.0], [2.0, 2.0])
+
+
+def test_the_paired_table_and_text_of_two_crafted_seeds_to_the_character():
+    c = paired_comparison({"runs": [SEED_0, SEED_1]})
+    # Pooled IP: CT (0.995 + 0.995 + 1 + 3) / 4 = 1.4975, baseline 1.25; ratios 0.995, 0.995,
+    # 0.5, 3: reduction -37.25 %, SE 100 x their sd = 111.0.
+    assert paired_table(c).splitlines() == [
+        "| measure (lower is better) | CT | baseline | reduction, % ± SE, all rounds | 99 % "
+        "interval of CT − baseline | significant | rounds with a value | reduction per seed, % "
+        "(✱ significant) |",
+        "|---|---:|---:|---:|---:|---|---:|---|",
+        "| IP (L1 to target-class digits) | 1.498 | 1.25 | -37.3 ± 111.0 | [-0.985, 1.97] | no "
+        "| 4 of 4 | +0.5 ✱ / -75.0 |",
+        "| IP* (MMD², length scale 5) | 1 | 2 | +50.0 | [-1, -1] | yes | 1 of 4 | +50.0 ✱ (1 of "
+        "2 rounds) / n/a |",
+        "| cost (L1 from the factual) | 1 | 1 | +50.0 ± 0.0 | [-1, 1] | no | 4 of 4 | n/a "
+        "(baseline 0) ✱ / +50.0 ✱ |",
+        "| validity (higher is better) | 0.200 | 0.100 | | | | | |",
+    ]
+    assert paired_text(c) == (
+        "**The claim is not settled here:** IP's reduction per seed: +0.5 ✱ / -75.0 %, positive "
+        "where CT's valid counterfactuals lie closer to real digits of their target class. The "
+        "99 % interval of the difference excludes zero in CT's favour in 1 of 2 seeds and "
+        "against it in 0 (2 seeds, 4 rounds in all; ✱: that seed's interval excludes zero). "
+        "IP* (MMD², length scale 5), reduction per seed: +50.0 ✱ (1 of 2 rounds) / n/a %: "
+        "significantly lower with CT in 1 of 2 seeds, higher in 0; in 1 no round had valid "
+        "counterfactuals of both models. cost (L1 from the factual), reduction per seed: n/a "
+        "(baseline 0) ✱ / +50.0 ✱ %: significantly lower with CT in 1 of 2 seeds, higher in 0."
+    )
+
+
+def test_one_seed_held_or_not_measured_reads_in_the_singular():
+    held = paired_text(paired_comparison({"runs": [SEED_0]}))
+    assert held.startswith(
+        "**The claim held here:** in every seed, CT's valid counterfactuals lie closer to real "
+        "digits of their target class, and each seed's 99 % interval of the difference excludes "
+        "zero (IP's reduction per seed: +0.5 ✱ %) (1 seed, 2 rounds in all; ✱: that seed's "
+        "interval excludes zero). IP*"
+    )
+    c = paired_comparison({"runs": [SEED_1]})
+    assert paired_text(c).endswith(
+        "(1 seed, 2 rounds in all; ✱: that seed's interval excludes zero). IP* (MMD², length "
+        "scale 5): no round to measure in any seed. cost (L1 from the factual), reduction per "
+        "seed: +50.0 ✱ %: significantly lower with CT in 1 of 1 seeds, higher in 0."
+    )
+    rows = paired_table(c).splitlines()
+    assert rows[3].endswith("| no valid counterfactuals | 0 of 2 | n/a |")
+    assert rows[4].startswith("| cost (L1 from the factual) | 1 | 2 | +50.0 ± 0.0 |")
+    worse = _run([2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
+    assert paired_text(paired_comparison({"runs": [worse]})).startswith(
+        "**The claim did not hold here:** in every seed, CT's valid counterfactuals lie farther "
+        "from real digits of their target class, significantly (IP's reduction per seed: "
+        "-100.0 ✱ %) (1 seed"
+    )
+    missing = _run([1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
+    missing["per_round"]["full"]["ip"] = [None, None]
+    text = paired_text(paired_comparison({"runs": [SEED_1, missing]}))
+    assert "in CT's favour in 0 of 2 seeds and against it in 0; 1 had no round to measure (" in text
+
+
+def test_a_clear_difference_has_one_sign_in_every_seed_and_more_than_two_errors():
+    assert not clear_difference([0.0, 10.0, 10.0, 10.0])  # zero has no sign
+    assert not clear_difference([-0.01, 0.9, 0.9, 0.9, 0.9])  # one seed against, however small
+    assert not clear_difference([1.0, 3.0])  # mean 2 is exactly two standard errors of 1
+    assert clear_difference([2.0, 4.0])  # mean 3, two standard errors 2
+    assert clear_difference([-2.0, -4.0])
+    assert not clear_difference([0.0, -10.0, -10.0, -10.0])
+
+
+def test_the_ablation_text_to_the_character_at_its_edges():
+    from cfbook.book.figures.ablation import ablation_text
+
+    # LS: CT's IP interval touches zero in one seed (not lower), the energy half's lies below
+    # zero in both, the adversarial half's starts at zero (not higher). CT's FGSM accuracy is
+    # exactly the margin above the baseline's (not more). Circles: the same as LS but CT's IP
+    # lower in both seeds and its FGSM accuracy above the margin.
+    def results_with(energy_ip, adversarial_ip):
+        ls = _ablation_results([_interval(-2.0, -1.0), _interval(-3.0, 0.0)], (0.5, 0.5))
+        circ = _ablation_results([_interval(-2.0, -1.0)] * 2, (0.75, 0.75))
+        for one in (ls, circ):
+            for objective, ip in (("energy", energy_ip), ("adversarial", adversarial_ip)):
+                row = one["ablation"]["lin_sep"][objective]
+                one["ablation"]["lin_sep"][objective] = {
+                    **row,
+                    "per_seed": {**row["per_seed"], "ip": ip},
+                }
+            for base in one["data"]["lin_sep"]["robustness"]["vanilla"]:
+                base["fgsm"] = [0.25]
+        return {
+            "data": {"lin_sep": ls["data"]["lin_sep"], "circles": circ["data"]["lin_sep"]},
+            "ablation": {
+                "lin_sep": ls["ablation"]["lin_sep"],
+                "circles": circ["ablation"]["lin_sep"],
+            },
+        }
+
+    lower, flat, level = (
+        [_interval(-2.0, -1.0)] * 2,
+        [_interval(-1.0, 1.0)] * 2,
+        [_interval(0.0, 1.0)] * 2,
+    )
+    text = ablation_text(results_with(lower, level), margin=0.25)
+    assert text.splitlines()[0] == (
+        "- **IP** is significantly lower than the baseline's in every seed with full (CT) on 1 "
+        "(Circ); energy only on 2 (LS, Circ); adversarial only on 0 (none). It is significantly "
+        "higher in at least one seed with full (CT) on 0 (none); energy only on 0 (none); "
+        "adversarial only on 0 (none)."
+    )
+    assert text.splitlines()[3] == (
+        "- **FGSM robustness** (accuracy at ε≈0.03 more than 25 points above the baseline's in "
+        "every seed) with full (CT) on 1 (Circ); energy only on 0 (none); adversarial only on 0 "
+        "(none)."
+    )
+    assert text.endswith(
+        "\n\nOver the 2 data sets, the energy term buys more of the plausibility gain than the "
+        "adversarial term (IP lower in every seed on 2 against 0)."
+    )
+    assert ablation_text(results_with(flat, lower)).endswith(
+        "the adversarial term alone lowers IP on more data sets than the energy term (IP lower "
+        "in every seed on 0 against 2)."
+    )
+    assert ablation_text(results_with(lower, lower)).endswith(
+        "neither half alone lowers IP on more data sets than the other (IP lower in every seed "
+        "on 2 against 2)."
+    )
+    assert ablation_text({}) == (
+        "No ablation results: run `python -m cfbook.commands.paper --objectives "
+        "energy,adversarial`."
+    )
+
+
+def test_the_ablation_table_shows_each_seed_and_n_a_where_one_has_nothing_valid():
+    from cfbook.book.figures.ablation import ablation_table
+
+    results = _ablation_results([_interval(-2.0, -1.0), None])
+    lines = ablation_table(results).splitlines()
+    assert lines[:2] == [
+        "| data | objective | IP, per seed | IP*, per seed | cost, per seed | validity | "
+        "clean acc. | FGSM ε≈0.03 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    assert lines[2] == "| LS | baseline | | | | 1.00 | 0.90 | 0.80 |"
+    assert (
+        lines[3]
+        == "| LS | full (CT) | +150.0 ✱ / n/a | +0.0 / +0.0 | +0.0 / +0.0 | 1.00 | 0.90 | 0.90 |"
+    )
+    assert len(lines) == 6 and len(ablation_table({}).splitlines()) == 2

@@ -457,11 +457,11 @@ def robustness_text(results: dict[str, Any], margin: float = 0.05) -> str:
     )
 
 
-def _measured_causes(key: str, d: dict[str, Any], measure: str, scale: str) -> list[str]:
+def _measured_causes(d: dict[str, Any], measure: str, scale: str) -> list[str]:
     """What the shipped results measure that bears on a disagreement."""
     causes = []
     training = "full_protected" if measure == "cost" else "full"
-    valid = [v for v in d["valid_at_training"].get(training, []) if v is not None]
+    valid = [v for v in d["valid_at_training"][training] if v is not None]
     if valid and max(valid) < 0.5:
         shown = ", ".join(f"{v:.0%}" for v in valid)
         causes.append(
@@ -503,7 +503,7 @@ def findings(
                 continue
             value = published.MAIN[key][measure][0]
             seeds = ", ".join(_reduction(s) for s in seeds_of(d, measure, scale))
-            causes = _measured_causes(key, d, measure, scale)
+            causes = _measured_causes(d, measure, scale)
             tried = [name for name, v in variants.items() if key in v["data"]]
             for name in tried:
                 k1, n1 = count(verdicts(variants[name]["data"][key], key, measure, scale))
