@@ -816,7 +816,17 @@ def test_interval_bars_reach_from_the_reduction_to_its_interval(smoke):
     results = json.loads((smoke / "results.json").read_text())
     # Per measure, the paper's dots and one series per seed.
     assert len(reduction_figure(results).data) == 3 * (1 + 2)
-    assert len(ablation_figure(results).data) == 3  # one bar series per objective
+    # One series per objective, a dot per data set and seed with that seed's interval.
+    fig = ablation_figure(results)
+    assert [t.name for t in fig.data] == ["full (CT)", "energy only", "adversarial only"]
+    energy = fig.data[1]
+    seeds = results["ablation"]["adult"]["energy"]["per_seed"]["ip"]
+    adult = [i for i, label in enumerate(energy.x) if label == "Adult"]
+    assert [energy.customdata[i] for i in adult] == results["ablation"]["adult"]["seeds"]
+    assert [energy.y[i] for i in adult] == [s["reduction"] for s in seeds]
+    assert [energy.error_y.array[i] for i in adult] == [
+        s["reduction_high"] - s["reduction"] for s in seeds
+    ]
 
 
 def test_mnist_is_resampled_per_class_with_replacement_in_file_order():

@@ -4,7 +4,7 @@
 Which term moves which measure is read seed by seed, as the paper's one model per objective: an
 objective "reduces" a measure on a data set when, in every seed, its 99 % interval of per-round
 differences against its baseline lies below zero. Pooling the seeds' rounds into one interval
-would mix the spread between models into that of the rounds; the figure shows the pooled figures.
+would mix the spread between models into that of the rounds.
 """
 
 from __future__ import annotations
@@ -181,23 +181,32 @@ def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
 
 
 def ablation_figure(results: dict[str, Any]) -> go.Figure:
-    """IP reduction per data set for each objective, with its 99 % interval of reductions."""
+    """Each seed's IP reduction per data set and objective, with that seed's 99 % interval of
+    per-round reductions: one dot per seed, the objectives side by side."""
     ablation = results.get("ablation", {})
-    keys = list(ablation)
     fig = go.Figure()
     for objective, name in OBJECTIVES.items():
-        rows = [ablation[k][objective]["ip"] or {} for k in keys]
-        fig.add_bar(
-            x=[EXPERIMENTS[k].label for k in keys],
+        points = [
+            (EXPERIMENTS[k].label, seed, r or {})
+            for k, rows in ablation.items()
+            for seed, r in zip(rows["seeds"], rows[objective]["per_seed"]["ip"], strict=True)
+        ]
+        rows = [r for _, _, r in points]
+        fig.add_scatter(
+            x=[label for label, _, _ in points],
             y=[r.get("reduction") for r in rows],
+            customdata=[seed for _, seed, _ in points],
+            hovertemplate=f"{name}, seed %{{customdata}}: %{{y:.1f}} %<extra></extra>",
+            mode="markers",
             name=name,
-            marker_color=OBJECTIVE_COLOURS[objective],
+            offsetgroup=objective,
+            marker={"color": OBJECTIVE_COLOURS[objective], "size": 7},
             error_y=interval_bars(rows),
         )
     fig.update_layout(
         template=TEMPLATE,
-        barmode="group",
-        height=400,
+        scattermode="group",
+        height=420,
         yaxis_title="IP reduction against the baseline (%)",
         xaxis_title="data set",
         legend={"orientation": "h", "y": -0.25},
