@@ -872,45 +872,6 @@ def test_a_variant_runs_beside_the_paper_setup_into_its_own_folder(smoke):
     assert (smoke / "variants/step_0.25/results.json").is_file()
 
 
-def _fake_data_set(reduction: float, se: float, validity: tuple[float, float]) -> dict:
-    """A merged data set whose three seeds all give ``reduction`` ± ``se`` (significant) on
-    every measure and ``validity`` (CT, BL) in both experiments."""
-    seed = {"reduction": reduction, "se": se, "significant": True}
-    level = [{"mean": v, "se": 0.01, "runs": 100} for v in validity]
-    attack = {"clean": 1.0, "epsilons": [1 / 30], "fgsm": [1.0], "pgd": [1.0], "rows": 900}
-    return {
-        "seeds": [0, 1, 2],
-        "main": {
-            k: {"per_seed": [seed] * 3}
-            for k in ("ip", "ip_star_5", "ip_star_0.5", "cost", "cost_unconstrained")
-        },
-        "validity": {
-            e: {"full": [level[0]] * 3, "vanilla": [level[1]] * 3}
-            for e in ("unconstrained", "protected")
-        },
-        "robustness": {t: [attack] * 3 for t in ("vanilla", "full", "full_protected")},
-        "valid_at_training": {"full": [0.9] * 3, "full_protected": [0.9] * 3},
-    }
-
-
-def test_causes_and_findings_read_what_a_variant_changes():
-    from cfbook.book.figures.reproduction import causes_table
-
-    # LS in the paper: IP 26.26 ± 0.67, IP* 51.28 ± 2.01, cost 16.41 ± 0.57, all significant;
-    # validity 1 / 1. Ours: -20 ± 5 everywhere (no agreement); the variant: 26 ± 1 on every
-    # reduction (IP agrees: |26 - 26.26| <= 2.58 * sqrt(1 + 0.67^2); IP* and cost do not).
-    results = {"data": {"lin_sep": _fake_data_set(-20.0, 5.0, (1.0, 1.0))}}
-    variant = {"data": {"lin_sep": _fake_data_set(26.0, 1.0, (1.0, 1.0))}}
-    table = causes_table(results, {"sklearn_data": variant})
-    assert "| sklearn_data | Linearly separable | IP | 0 of 3 | 3 of 3 |" in table
-    assert "| sklearn_data | Linearly separable | IP* |" not in table  # unchanged: not listed
-    assert "| 2 of 5 | 3 of 5 | |" in table  # the two validities agree either way
-    text = findings(results, variants={"sklearn_data": variant})
-    assert text.count("- **") == 3  # IP, IP*, cost all disagree with the paper setup
-    assert "with sklearn's generators instead of MLJBase's" in text and "agrees in 3 of 3" in text
-    assert "Open: no shipped measurement explains it (variants tried: sklearn_data" in text
-
-
 def test_a_knob_study_of_another_paper_setup_says_so():
     from cfbook.book.figures.ablation import knobs_setup_text
 

@@ -408,3 +408,28 @@ def test_the_summary_counts_at_the_chosen_length_scale():
     results = {"data": {"lin_sep": data_set({"ip_star_0.5": [_seed(51.0)] * 3})}}
     assert summary(results) == {"agree": 0, "total": 3}
     assert summary(results, scale="0.5") == {"agree": 1, "total": 3}
+
+
+def _everywhere(reduction: float, se: float) -> dict[str, Any]:
+    """A data set whose three seeds all give ``reduction`` ± ``se`` (significant) on every
+    measure, both models' validity 1.0."""
+    measures = ("ip", "ip_star_5", "ip_star_0.5", "cost", "cost_unconstrained")
+    return data_set({m: [_seed(reduction, se)] * 3 for m in measures})
+
+
+def test_causes_and_findings_read_what_a_variant_changes():
+    from cfbook.book.figures.reproduction import causes_table
+
+    # LS in the paper: IP 26.26 ± 0.67, IP* 51.28 ± 2.01, cost 16.41 ± 0.57, all significant;
+    # validity 1 / 1. Ours: -20 ± 5 everywhere (no agreement); the variant: 26 ± 1 on every
+    # reduction (IP agrees: |26 - 26.26| <= 2.58 * sqrt(1 + 0.67^2); IP* and cost do not).
+    results = {"data": {"lin_sep": _everywhere(-20.0, 5.0)}}
+    variant = {"data": {"lin_sep": _everywhere(26.0, 1.0)}}
+    table = causes_table(results, {"sklearn_data": variant})
+    assert "| sklearn_data | Linearly separable | IP | 0 of 3 | 3 of 3 |" in table
+    assert "| sklearn_data | Linearly separable | IP* |" not in table  # unchanged: not listed
+    assert "| 2 of 5 | 3 of 5 | |" in table  # the two validities agree either way
+    text = findings(results, variants={"sklearn_data": variant})
+    assert text.count("- **") == 3  # IP, IP*, cost all disagree with the paper setup
+    assert "with sklearn's generators instead of MLJBase's" in text and "agrees in 3 of 3" in text
+    assert "Open: no shipped measurement explains it (variants tried: sklearn_data" in text

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from cfbook.evaluation.rounds import draw_individuals, draw_rows
-from cfbook.evaluation.statistics import compare_models, compare_rounds, mean_se
+from cfbook.evaluation.statistics import (
+    compare_models,
+    compare_rounds,
+    compare_rounds_or_none,
+    mean_se,
+)
 
 
 def test_each_individual_has_a_factual_and_another_target_class():
@@ -133,3 +138,13 @@ def test_draws_come_from_the_generator_alone():
         )
     for a, b in zip(*draws, strict=True):
         assert torch.equal(a, b)
+
+
+def test_compare_rounds_or_none_is_none_only_where_no_round_has_both_sides():
+    assert compare_rounds_or_none([None, 1.0], [2.0, None]) is None
+    assert compare_rounds_or_none([None, 1.0], [2.0, 2.0]) == compare_rounds(
+        [None, 1.0], [2.0, 2.0]
+    )
+    # Rounds of unequal count are a mistake upstream, not "nothing valid".
+    with pytest.raises(ValueError):
+        compare_rounds_or_none([1.0, 1.0], [2.0])

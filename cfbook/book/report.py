@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cfbook.evaluation.attacks import ATTACKS
-from cfbook.evaluation.statistics import compare_rounds, mean_of, mean_se
+from cfbook.evaluation.statistics import compare_rounds_or_none, mean_of, mean_se
 
 ATTACK_EPS = 0.03
 
@@ -111,14 +111,6 @@ PAIRED_MEASURES = {
 }
 
 
-def _compare(ct: list[float | None], baseline: list[float | None]) -> dict[str, Any] | None:
-    """``compare_rounds``, or None where no round has valid counterfactuals of both models."""
-    try:
-        return compare_rounds(ct, baseline)
-    except ValueError:
-        return None
-
-
 def paired_comparison(paired: dict[str, Any]) -> dict[str, Any]:
     """CT against the baseline under the paper's protocol, per seed and over every seed's rounds.
 
@@ -141,13 +133,14 @@ def paired_comparison(paired: dict[str, Any]) -> dict[str, Any]:
         },
         "per_seed": {
             key: [
-                _compare(r["per_round"]["full"][key], r["per_round"]["vanilla"][key]) for r in runs
+                compare_rounds_or_none(r["per_round"]["full"][key], r["per_round"]["vanilla"][key])
+                for r in runs
             ]
             for key in PAIRED_MEASURES
         },
     }
     for key in PAIRED_MEASURES:
-        out[key] = _compare(pooled["full"][key], pooled["vanilla"][key])
+        out[key] = compare_rounds_or_none(pooled["full"][key], pooled["vanilla"][key])
     return out
 
 
@@ -155,16 +148,26 @@ def _reduction(r: dict[str, Any]) -> str:
     return f"{r['reduction']:+.1f}" if math.isfinite(r["reduction"]) else "n/a (baseline 0)"
 
 
-def _per_seed(c: dict[str, Any], key: str) -> str:
-    """Each seed's reduction, ✱ where significant, with its rounds where some had no value."""
+def seed_reductions(
+    seeds: Sequence[dict[str, Any] | None], rounds: Sequence[int] | None = None
+) -> str:
+    """Each seed's reduction in %, ✱ where its 99 % interval excludes zero, n/a where it had
+    nothing valid to compare; given each seed's ``rounds``, the rounds a reduction rests on where
+    some had no value."""
     shown = []
-    for r, n in zip(c["per_seed"][key], c["rounds_per_seed"], strict=True):
+    for i, r in enumerate(seeds):
         if r is None:
             shown.append("n/a")
             continue
         text = _reduction(r) + (" ✱" if r["significant"] else "")
-        shown.append(text + (f" ({r['rounds']} of {n} rounds)" if r["rounds"] < n else ""))
+        if rounds is not None and r["rounds"] < rounds[i]:
+            text += f" ({r['rounds']} of {rounds[i]} rounds)"
+        shown.append(text)
     return " / ".join(shown)
+
+
+def _per_seed(c: dict[str, Any], key: str) -> str:
+    return seed_reductions(c["per_seed"][key], c["rounds_per_seed"])
 
 
 def paired_table(c: dict[str, Any]) -> str:

@@ -74,6 +74,16 @@ def compare_rounds(
     }
 
 
+def compare_rounds_or_none(
+    ct: Sequence[float | None], baseline: Sequence[float | None], level: float = 0.99
+) -> dict[str, float | bool | int] | None:
+    """``compare_rounds``, or None where no round has a value on both sides (one model found no
+    valid counterfactual in any round); rounds of unequal count are still an error."""
+    if not any(a is not None and b is not None for a, b in zip(ct, baseline, strict=True)):
+        return None
+    return compare_rounds(ct, baseline, level)
+
+
 def compare_models(
     per_round: Mapping[str, Mapping[str, Sequence[float | None]]],
     ct: str,

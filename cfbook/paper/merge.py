@@ -18,7 +18,7 @@ import torch
 
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.attacks import ATTACKS
-from cfbook.evaluation.statistics import compare_rounds, mean_of, mean_se
+from cfbook.evaluation.statistics import compare_rounds_or_none, mean_of, mean_se
 from cfbook.paper.files import read_json
 from cfbook.paper.settings import EXPERIMENTS
 
@@ -35,13 +35,6 @@ MEASURES = {
 
 def _pooled(evals: list[dict[str, Any]], experiment: str, model: str, key: str) -> list:
     return [v for e in evals for v in e[experiment]["per_round"][model][key]]
-
-
-def _compare(ct: list, baseline: list) -> dict[str, Any] | None:
-    try:
-        return compare_rounds(ct, baseline)
-    except ValueError:  # no round with a valid counterfactual on both sides
-        return None
 
 
 def mean_accuracies(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -67,7 +60,9 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
     main = {
         name: {
             "per_seed": [
-                _compare(*(e[experiment]["per_round"][m][key] for m in ("full", "vanilla")))
+                compare_rounds_or_none(
+                    *(e[experiment]["per_round"][m][key] for m in ("full", "vanilla"))
+                )
                 for e in evals
             ]
         }
@@ -120,14 +115,16 @@ def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"seeds": [e["config"]["seed"] for e in evals]}
     for objective in ("full", "energy", "adversarial"):
         row = {
-            key: _compare(
+            key: compare_rounds_or_none(
                 *(_pooled(evals, "unconstrained", m, key) for m in (objective, "vanilla"))
             )
             for key in ABLATION_MEASURES
         }
         row["per_seed"] = {
             key: [
-                _compare(*(e["unconstrained"]["per_round"][m][key] for m in (objective, "vanilla")))
+                compare_rounds_or_none(
+                    *(e["unconstrained"]["per_round"][m][key] for m in (objective, "vanilla"))
+                )
                 for e in evals
             ]
             for key in ABLATION_MEASURES

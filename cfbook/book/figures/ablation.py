@@ -9,6 +9,7 @@ would mix the spread between models into that of the rounds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import plotly.graph_objects as go
@@ -16,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from cfbook.book.figures.reproduction import FGSM_EPS
 from cfbook.book.figures.training import COLOURS, TEMPLATE
+from cfbook.book.report import seed_reductions
 from cfbook.evaluation.attacks import accuracy_at
 from cfbook.models import IMAGE_SHAPE
 from cfbook.paper import published
@@ -41,16 +43,6 @@ def interval_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
             None if m is None else m - r["reduction_low"] for r, m in zip(rows, mid, strict=True)
         ],
     }
-
-
-def _cell(seeds: list[dict[str, Any] | None]) -> str:
-    """Each seed's reduction, ✱ where its interval excludes zero."""
-    return " / ".join(
-        "n/a"
-        if r is None or "reduction" not in r
-        else f"{r['reduction']:+.1f}{' ✱' if r['significant'] else ''}"
-        for r in seeds
-    )
 
 
 def _robust(results: dict[str, Any], key: str, objective: str) -> dict[str, Any]:
@@ -93,10 +85,10 @@ def ablation_table(results: dict[str, Any]) -> str:
         )
         for objective, name in OBJECTIVES.items():
             seeds = rows[objective]["per_seed"]
+            cells = " | ".join(seed_reductions(seeds[m]) for m in MEASURES)
             acc = _robust(results, key, objective)
             lines.append(
-                f"| {label} | {name} | {_cell(seeds['ip'])} | {_cell(seeds['ip_star_5'])} | "
-                f"{_cell(seeds['cost'])} | {rows[objective]['validity']:.2f} | "
+                f"| {label} | {name} | {cells} | {rows[objective]['validity']:.2f} | "
                 f"{acc['clean']:.2f} | {accuracy_at(acc, 'fgsm', FGSM_EPS):.2f} |"
             )
     return "\n".join(lines)
@@ -139,7 +131,7 @@ def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
             "`python -m cfbook.commands.paper --objectives energy,adversarial`."
         )
 
-    def reduced(objective: str, measure: str, test: Any = _reduces) -> list[str]:
+    def reduced(objective: str, measure: str, test: Callable[[list], bool] = _reduces) -> list[str]:
         return [
             EXPERIMENTS[k].label
             for k, rows in ablation.items()
@@ -188,8 +180,8 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
     for objective, name in OBJECTIVES.items():
         points = [
             (EXPERIMENTS[k].label, seed, r or {})
-            for k, rows in ablation.items()
-            for seed, r in zip(rows["seeds"], rows[objective]["per_seed"]["ip"], strict=True)
+            for k, parts in ablation.items()
+            for seed, r in zip(parts["seeds"], parts[objective]["per_seed"]["ip"], strict=True)
         ]
         rows = [r for _, _, r in points]
         fig.add_scatter(
