@@ -14,7 +14,7 @@ from torch import nn
 from cfbook import NativeGenerator, ReferenceGenerator
 from cfbook.search import compiled, generators, step
 from cfbook.search.generators import PAPER_SEARCH, SearchParameters
-from cfbook.search.step import StepSettings, WorkingSet, eager_step, fused_step, nascent_points
+from cfbook.search.step import StepSettings, WorkingSet, copy_rows, eager_step, fused_step
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -243,7 +243,10 @@ def test_compiled_update_matches_eager(lambda_cost):
     assert torch.equal(fused.iterations, eager.iterations)
 
 
-def test_factuals_that_already_reach_tau_are_returned_untouched():
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_factuals_that_already_reach_tau_are_returned_untouched(monkeypatch, sync_free):
+    """Both ways of restoring the factuals (a CPU's row copy, the sync-free ``where``)."""
+    monkeypatch.setattr(step, "SYNC_FREE", sync_free)
     model = small_mlp()
     x, target = factuals(model)
     x = x * 1.5  # partly outside the domain: an unmoved factual must not even be clamped
@@ -781,8 +784,9 @@ def test_one_fused_step_run_eagerly_is_the_eager_step(case):
         assert torch.equal(fused.active, eager.active) and torch.equal(
             fused.iterations, eager.iterations
         )
-        lazy = nascent_points(c.decode(fused.x), fused.nascent, fused.within)
-        eager_nascent = nascent_points(c.decode(eager.x), eager.nascent, eager.within)
+        lazy, eager_nascent = fused.nascent.clone(), eager.nascent.clone()
+        copy_rows(lazy, c.decode(fused.x), fused.within)
+        copy_rows(eager_nascent, c.decode(eager.x), eager.within)
         assert torch.allclose(lazy, eager_nascent, atol=1e-5), t
     # The case is not trivial: rows converge, rows leave the epsilon ball, rows still search.
     assert 0 < int(eager.active.sum()) < 32

@@ -49,8 +49,8 @@ from cfbook.search.step import (
     ENERGY_RIDGE,
     StepSettings,
     WorkingSet,
+    copy_rows,
     eager_step,
-    nascent_points,
     not_converged,
 )
 
@@ -510,13 +510,13 @@ class NativeGenerator(SearchParameters):
         with torch.no_grad():
             # In place, into the chunk's own buffers: a fresh N x D result would cost its pages'
             # first touch, more than the select itself on a CPU.
-            nascent_points(c.decode(x), nascent, within, out=nascent)
+            copy_rows(nascent, c.decode(x), within)  # the lazy nascent points resolved
             if not fused:
                 # Rows that never stepped keep x0 exactly: the eager zero step still went through
                 # the clamp, which moves an x0 outside the domain (the reference never touches it).
-                unmoved = (iterations == 0)[:, None]
-                torch.where(unmoved, x0, x, out=x)
-                torch.where(unmoved, nascent0, nascent, out=nascent)
+                unmoved = iterations == 0
+                copy_rows(x, x0, unmoved)
+                copy_rows(nascent, nascent0, unmoved)
         with torch.no_grad():
             x = c.decode(x)  # the counterfactual: the search state decoded
         if self.amp is not None:

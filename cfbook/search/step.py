@@ -73,8 +73,9 @@ class WorkingSet:
     compaction; None: one weight for all rows.
     ``within`` marks the rows whose point lies within epsilon of x0. Both steps keep the nascent
     point lazily: a row within epsilon has its point as its nascent point, so ``nascent`` holds
-    only the last such point of rows that have left (``nascent_points`` resolves it). A row's
-    nascent point is then written once per exit from the ball rather than at every iteration.
+    only the last such point of rows that have left (``copy_rows(nascent, x, within)`` resolves
+    it). A row's nascent point is then written once per exit from the ball rather than at every
+    iteration.
     ``spare`` is the buffer the eager step writes the next input gradient into (plain MLPs only,
     ``PlainMLP``): the previous state's, free once a step is done.
     """
@@ -125,10 +126,20 @@ class WorkingSet:
         )
 
 
-def nascent_points(x: Tensor, nascent: Tensor, within: Tensor, out: Tensor | None = None) -> Tensor:
-    """The nascent points, the lazy ones resolved: ``x`` for the rows still within epsilon;
-    written into ``out`` where given (``nascent`` itself may be it)."""
-    return torch.where(within[:, None], x, nascent, out=out)
+def copy_rows(dest: Tensor, source: Tensor, rows: Tensor) -> None:
+    """Write the rows of ``source`` that the boolean ``rows`` marks into ``dest``, in place.
+
+    On a CPU, where reading the mask costs no device synchronisation, only those rows are copied
+    (few, as a rule: the rows leaving the epsilon ball at one iteration, the factuals that never
+    stepped); a ``where`` with a per-row mask walks every entry at several times a copy's cost
+    there. Elsewhere every row passes through one ``where``. The lazy nascent points are resolved
+    with it: ``copy_rows(nascent, x, within)``."""
+    if rows.device.type == "cpu" and not SYNC_FREE:
+        index = rows.nonzero().squeeze(1)
+        if index.numel():
+            dest.index_copy_(0, index, source.index_select(0, index))
+    else:
+        torch.where(rows[:, None], source, dest, out=dest)
 
 
 def reached(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
@@ -247,21 +258,9 @@ def _eager_update(
     eps = s.epsilon
     within = (offset.amax(1) <= eps) & (offset.amin(1) >= -eps)
     ws.offset_sign = offset.sign_()
-    _store_leaving(ws.nascent, previous, ws.within > within)  # within before, not now
+    copy_rows(ws.nascent, previous, ws.within > within)  # leaving: within before, not now
     ws.within = within
     ws.iterations = ws.iterations + ws.active
-
-
-def _store_leaving(nascent: Tensor, previous: Tensor, leaving: Tensor) -> None:
-    """Write the previous points of the rows ``leaving`` the epsilon ball into ``nascent``. On a
-    CPU, where reading the mask costs no device synchronisation, only those rows are copied
-    (few at any one iteration); elsewhere every row passes through one ``where``."""
-    if leaving.device.type == "cpu" and not SYNC_FREE:
-        rows = leaving.nonzero().squeeze(1)
-        if rows.numel():
-            nascent.index_copy_(0, rows, previous.index_select(0, rows))
-    else:
-        torch.where(leaving[:, None], previous, nascent, out=nascent)
 
 
 def fused_step(
