@@ -110,17 +110,12 @@ ABLATION_MEASURES = ("ip", "ip_star_5", "cost")
 
 
 def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each objective against the baseline in the ablation's shared rounds: each seed's models
-    on their own (``per_seed``, the unit of its verdicts) and the seeds' rounds pooled."""
+    """Each objective against the baseline in the ablation's shared rounds, each seed's models
+    on their own (``per_seed``, the unit of its verdicts: the seeds' rounds are not pooled into
+    one comparison, which would mix the spread between models into that of the rounds)."""
     out: dict[str, Any] = {"seeds": [e["config"]["seed"] for e in evals]}
     for objective in ("full", "energy", "adversarial"):
-        row = {
-            key: compare_rounds_or_none(
-                *(_pooled(evals, "unconstrained", m, key) for m in (objective, "vanilla"))
-            )
-            for key in ABLATION_MEASURES
-        }
-        row["per_seed"] = {
+        per_seed = {
             key: [
                 compare_rounds_or_none(
                     *(e["unconstrained"]["per_round"][m][key] for m in (objective, "vanilla"))
@@ -129,8 +124,8 @@ def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
             ]
             for key in ABLATION_MEASURES
         }
-        row["validity"] = mean_of(_pooled(evals, "unconstrained", objective, "validity"))
-        out[objective] = row
+        validity = mean_of(_pooled(evals, "unconstrained", objective, "validity"))
+        out[objective] = {"per_seed": per_seed, "validity": validity}
     out["vanilla"] = {"validity": mean_of(_pooled(evals, "unconstrained", "vanilla", "validity"))}
     for objective in ("energy", "adversarial"):
         runs = [e["robustness"][objective] for e in evals]
