@@ -29,7 +29,7 @@ if [ -d mutants ] && [ "$(cat mutants/.source-stamp 2>/dev/null)" != "$stamp" ];
 fi
 mkdir -p mutants && echo "$stamp" > mutants/.source-stamp
 # Tests that read the shipped data or run the project's scripts find them beside the mutants.
-for shared in data scripts; do ln -sfn "../$shared" "mutants/$shared"; done
+for shared in data scripts benchmarks; do ln -sfn "../$shared" "mutants/$shared"; done
 .venv/bin/mutmut run --max-children "$workers" "$@"
 .venv/bin/python scripts/mutation_report.py
 .venv/bin/python scripts/named_mutants.py

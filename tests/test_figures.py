@@ -206,6 +206,39 @@ def test_the_microscope_slider_moves_every_panel_through_the_iterates():
     assert lines == [0.3, 0.75]  # ε and τ
 
 
+def test_the_microscope_curves_run_two_steps_past_the_later_stop_and_mark_both_points():
+    from cfbook.book.figures.microscope import microscope_figure
+
+    result = _microscope()
+    for s in result["searches"].values():  # eight steps recorded: the figure shows five
+        s["target_prob"] += [s["target_prob"][-1]] * 3
+        s["distance"] += [s["distance"][-1]] * 3
+    fig = microscope_figure(result)
+    assert len(fig.data) == 4 + 2 * 2 * 4
+    # The page opens on the last step shown: the baseline's digit at 200, CT's at 100.
+    assert fig.data[0].z[0][0] == 200 and fig.data[2].z[0][0] == 100
+    assert fig.data[1].z[0][0] == 200 and fig.data[3].z[0][0] == 100  # change from the factual
+    searches = result["searches"]
+    for c, key in enumerate(("target_prob", "distance")):
+        for i, mode in enumerate(("vanilla", "full")):
+            s = searches[mode]
+            step, line, adversarial, found = fig.data[4 + 8 * c + 4 * i : 8 + 8 * c + 4 * i]
+            assert (list(step.x), list(step.y)) == ([4], [s[key][4]])
+            assert list(line.x) == [0, 1, 2, 3, 4] and list(line.y) == s[key][:5]
+            name = {"vanilla": "baseline", "full": "CT"}[mode]
+            assert line.name == f"{name} (valid at step {s['counterfactual_at']})"
+            at = s["adversarial_at"]
+            assert (list(adversarial.x), list(adversarial.y)) == ([at], [s[key][at]])
+            stop = s["counterfactual_at"]
+            assert (list(found.x), list(found.y)) == ([stop], [s[key][stop]])
+            assert (adversarial.name, found.name) == ("adversarial example", "counterfactual")
+    # Searches that never moved still show two steps past the start.
+    for s in searches.values():
+        s |= {"counterfactual_at": 0, "adversarial_at": 0, "valid": False}
+    fig = microscope_figure(result)
+    assert list(fig.data[5].x) == [0, 1, 2] and fig.data[5].name == "baseline (not valid at step 0)"
+
+
 def test_the_microscope_text_says_where_each_adversarial_example_was_taken():
     from cfbook.book.figures.microscope import microscope_text
 
@@ -216,6 +249,27 @@ def test_the_microscope_text_says_where_each_adversarial_example_was_taken():
     assert "adversarial example is step 1, the last within ε = 0.3" in text
     # CT's counterfactual: 100 levels on each of 784 pixels, in [-1, 1] units.
     assert f"L1 {100 / 255 * 2 * 784:.1f}" in text
+
+
+def test_the_microscope_text_reads_to_the_character():
+    from cfbook.book.figures.microscope import microscope_text
+
+    result = _microscope()
+    # The baseline's search starts from level 10, ends at 200 after one step, short of tau.
+    result["searches"]["vanilla"] |= {
+        "path": [bytes([v] * 784).hex() for v in (10, 200)],
+        "target_prob": [0.1, 0.6, 0.6, 0.6, 0.6],
+        "valid": False,
+    }
+    assert microscope_text(result) == (
+        "For this digit 4 (held-out digit 7, target 9), the baseline search did not reach "
+        "τ = 0.75 in 1 step (p = 0.60); its adversarial example is the unchanged factual: the "
+        "first step already left the ε = 0.3 box; its counterfactual lies at L-inf 1.57 and L1 "
+        f"{190 / 255 * 2 * 784:.1f} from the factual; the CT search reached τ = 0.75 after 3 "
+        "steps (p = 0.80); its adversarial example is step 1, the last within ε = 0.3; its "
+        f"counterfactual lies at L-inf 0.78 and L1 {100 / 255 * 2 * 784:.1f} from the factual. "
+        "Distances are in the units of the [-1, 1] pixel domain; L1 sums over the 784 pixels."
+    )
 
 
 def test_the_benchmark_pictures_draw_the_recorded_tables():

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -742,6 +743,113 @@ def test_the_two_dimensional_text_follows_the_paths():
     for k in (0, 1):
         shown = [t.name for t in fig.data[k * per_set : (k + 1) * per_set] if t.showlegend]
         assert shown.count("valid end") == 1 and shown.count("invalid end") == 1, shown
+
+
+def _two_d_panel(title, paths, path_l1, prob, valid, protected=False, moved_x1=False):
+    return {
+        "title": title,
+        "protected": protected,
+        "prob": prob,
+        "paths": paths,
+        "valid": valid,
+        "path_l1": path_l1,
+        "moved_x1": moved_x1,
+    }
+
+
+def test_the_two_dimensional_text_reads_to_the_character():
+    from cfbook.book.figures.two_d import two_d_text
+
+    panels = [
+        # Reach |-1 - 1| + |0.5 - 2| = 3.5, through a middle point that is neither end; a length
+        # of exactly 3 times the reach is not called wandering. The class changes down the
+        # first column only, where one probability is exactly 0.5.
+        _two_d_panel(
+            "baseline",
+            [[[1.0, 2.0], [0.0, 1.0], [-1.0, 0.5]]],
+            [10.5],
+            [[0.5, 0.9], [0.4, 0.9]],
+            [True],
+        ),
+        # Reach 4, further than the baseline's; length 16, 4 times the reach.
+        _two_d_panel("CT", [[[0.0, 0.0], [3.0, 1.0]]], [16.0], [[0.1, 0.1], [0.9, 0.9]], [False]),
+        _two_d_panel(
+            "baseline, x1 protected",
+            [[[0.0, 0.0], [0.0, 1.0]]],
+            [1.0],
+            [[0.1, 0.9], [0.9, 0.9]],
+            [True],
+            protected=True,
+            moved_x1=True,
+        ),
+        _two_d_panel(
+            "CT trained with x1 protected",
+            [[[0.0, 0.0], [0.0, 2.0]]],
+            [2.0],
+            [[0.1, 0.1], [0.1, 0.1]],
+            [True],
+            protected=True,
+            moved_x1=True,
+        ),
+    ]
+    result = {"data": [{"label": label, "panels": panels} for label in ("LS", "Moon")]}
+    line = (
+        ": baseline: 1/1 valid, mean path length 10.50, reach 3.50; CT: 0/1 valid, mean path "
+        "length 16.00, reach 4.00 (the paths wander: 4 times as long as their reach); baseline, "
+        "x1 protected: 1/1 valid, mean path length 1.00, reach 1.00; CT trained with x1 "
+        "protected: 1/1 valid, mean path length 2.00, reach 2.00; x1 moved in baseline, x1 "
+        "protected, CT trained with x1 protected."
+    )
+    assert two_d_text(result) == (
+        f"- **LS**{line}\n- **Moon**{line}\n"
+        "\nCT's free searches end further from their factuals than the baseline's on 2 of 2 "
+        "data sets (LS, Moon).\n"
+        "\nA search with x1 protected can reach the other class only where the class changes "
+        "along x2. In the drawn grid it does so in this share of the columns (x1 fixed), "
+        "baseline against CT trained with x1 protected: LS 50% against 0%; Moon 50% against "
+        "0%. Training with x1 protected left fewer columns crossable on 2 of 2 data sets (LS, "
+        "Moon). One seed's models: the reproduction chapter's validity table counts the "
+        "protected searches of three seeds beside the paper's."
+    )
+
+
+def test_the_two_dimensional_figure_draws_each_panel_s_grid_data_paths_and_ends():
+    from cfbook.book.figures.two_d import two_d_figure
+
+    paths = [[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 1.0], [4.0, 1.0]], [[5.0, 5.0], [6.0, 6.0]]]
+    panels = [
+        _two_d_panel(f"panel {i}", paths, [4.0, 1.4], [[0.1 * i, 0.2], [0.3, 0.4]], [True, False])
+        for i in range(4)
+    ]
+    data = {
+        "label": "LS",
+        "axes": [[-1.0, 1.0], [-2.0, 2.0]],
+        "train_x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]],
+        "train_y": [0, 1, 0],
+        "panels": panels,
+    }
+    fig = two_d_figure({"data": [data]})
+    assert len(fig.data) == 4 * 6
+    for i in range(4):
+        grid, class0, class1, lines, valid, invalid = fig.data[6 * i : 6 * i + 6]
+        axis = "x" if i == 0 else f"x{i + 1}"
+        assert {t.xaxis for t in fig.data[6 * i : 6 * i + 6]} == {axis}
+        assert list(grid.x) == [-1.0, 1.0] and list(grid.y) == [-2.0, 2.0]
+        assert grid.z.dtype == np.float32  # stored compactly in the notebook
+        assert grid.z.tolist() == np.asarray(panels[i]["prob"], dtype=np.float32).tolist()
+        assert (grid.zmin, grid.zmax, grid.showscale) == (0, 1, i == 0)
+        assert (list(class0.x), list(class0.y), list(class1.x), list(class1.y)) == (
+            [0.0, 4.0],
+            [1.0, 5.0],
+            [2.0],
+            [3.0],
+        )
+        assert class0.name == "training data, class 0" and class1.name == "training data, class 1"
+        # Every third iterate and the last, each path ended by a break.
+        assert list(lines.x) == [0.0, 3.0, 4.0, None, 5.0, 6.0, None]
+        assert list(lines.y) == [0.0, 1.0, 1.0, None, 5.0, 6.0, None]
+        assert (list(valid.x), list(valid.y)) == ([4.0], [1.0]) and valid.name == "valid end"
+        assert (list(invalid.x), list(invalid.y)) == ([6.0], [6.0])
 
 
 def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():

@@ -194,3 +194,71 @@ def test_read_ridged_takes_each_shipped_ridge_variant_with_its_cells(tmp_path: P
     # Merged but without cells, or with cells but not merged: left out.
     assert list(read_ridged(tmp_path, {main: {"data": {}}})) == ["the main grid's weights"]
     assert read_ridged(tmp_path / "elsewhere", merged) == {}
+
+
+def test_the_edges_of_the_table_and_the_text():
+    configured, main, results, variant = logs()
+    # LS: every seed ends at 0.1 with a test validity of 0 (exactly the tolerance apart); Moon's
+    # seeds visit 0.95 exactly, and seed 1 ends there (epoch 2 and epoch 99 below it).
+    configured["lin_sep"] = {s: cell(oscillating(0.1), [5.0] * 100) for s in range(3)}
+    at_level = oscillating(0.95, high=0.95)
+    at_level[-2] = 0.2  # epoch 99: the last epoch alone is at the level
+    configured["moons"][1] = cell(at_level, [5.0] * 100)
+    results = merged({"lin_sep": (0.0, 0.0, 0.0), "moons": (0.65, 0.6, 0.35)})
+    # Three ridged weightings, the largest ridge term exactly 10.
+    third = {k: {s: cell([1.0] * 100, [10.0] * 100) for s in range(3)} for k in main}
+    ridged = {"a": (main, variant), "b": (main, variant), "c": (third, variant)}
+    text = stability_text(configured, results, ridged)
+    assert "; with a, b and c it stays at or below 10. Over the last" in text
+    assert "on Linearly separable the last epoch's training-time validity lies within 0.1" in text
+    assert (
+        "Moons (paper 1.00) in 0 / 25 / 2 of the last 50 epochs per seed, at epoch 100 in 1 of"
+        in (text)
+    )
+    table = stability_table(configured, results, {"a": (main, variant)}).splitlines()
+    assert table[:2] == [
+        "| data | λ_reg, λ_adv | largest ridge term | training validity, last 50 epochs | "
+        "at epoch 100 | test validity (paper) |",
+        "|---|---|---|---|---|---|",
+    ]
+    # A seed without a test-time validity is shown as such; the spread is over the last 50
+    # epochs of a longer log (its first 70 epochs, all at 0, are not among them).
+    results["data"]["moons"]["validity"]["protected"]["full"][2]["mean"] = None
+    main["moons"][0] = cell([0.0] * 70 + [1.0] * 50, RIDGE_SMALL + [2.0] * 20)
+    table = stability_table(configured, results, {"a": (main, variant)}).splitlines()
+    assert table[4].endswith("| 0.65 / 0.60 / – (1.00) |")
+    assert table[5].split(" | ")[3] == "1.00–1.00 / 1.00–1.00 / 1.00–1.00"
+    # A data set that a ridged weighting trained but did not merge is left out.
+    unmerged = merged({"lin_sep": (1.0, 1.0, 1.0)})
+    assert len(stability_table(configured, results, {"a": (main, unmerged)}).splitlines()) == 4
+
+
+def test_the_text_s_two_ways_of_saying_the_logs_do_not_separate_or_track():
+    configured, main, results, variant = logs()
+    ridged = {"the main grid's weights": (main, variant)}
+    steady = {k: {s: cell([0.5] * 100, [5.0] * 100) for s in range(3)} for k in configured}
+    assert (
+        "and 0.00 to 0.00 with it. On every data set the two ranges overlap: the logs do not "
+        "show a less steady training without the ridge"
+    ) in stability_text(steady, results, ridged)
+    far = merged({"lin_sep": (0.0, 0.0, 0.9), "moons": (0.0, 0.0, 0.9)})
+    assert (
+        "where this oscillation stands when it stops, though on none of them does the last "
+        "epoch's training-time validity stay within 0.1 of the test-time protected validity in "
+        "every seed. Where the paper"
+    ) in stability_text(configured, far, ridged)
+
+
+def test_figure_panels_hold_the_data_sets_every_weighting_trained_each_line_over_its_epochs():
+    configured, main, _, _ = logs()
+    only_ls = {"lin_sep": main["lin_sep"]}
+    fig = stability_figure(configured, {"the main grid's weights": (only_ls, None)})
+    assert [a.text for a in fig.layout.annotations] == ["Linearly separable"]
+    assert len(fig.data) == 2 * 3
+    assert all(list(t.x) == list(range(1, 101)) for t in fig.data)
+    assert {t.xaxis for t in fig.data} == {"x"}
+    assert fig.layout.yaxis.range == (0, 1.02)
+    # Both data sets: side by side, one y range each, shared.
+    fig = stability_figure(configured, {"the main grid's weights": (main, None)})
+    assert [t.xaxis for t in fig.data[::3]] == ["x", "x", "x2", "x2"]
+    assert fig.layout.yaxis2.range == (0, 1.02) and fig.layout.yaxis2.matches == "y"

@@ -3,6 +3,8 @@ results: a verdict must follow from the statistic that answers its question, see
 
 from __future__ import annotations
 
+import pytest
+
 from cfbook.book.figures.seeds import seeds_figure, seeds_markdown, seeds_summary
 from cfbook.book.report import (
     Comparison,
@@ -52,7 +54,7 @@ def test_a_falling_average_that_only_tracks_validity_is_not_called_an_improvemen
         [[0.9, 0.95, 0.96, 0.97]] * 3, [[0.9, 0.95, 0.96, 0.97]] * 3, implaus, implaus_valid, valid
     )
     text = seeds_markdown(seeds_summary(full, vanilla))
-    assert "it rose in every seed: plausibility did not improve" in text
+    assert "it rose in every seed: the model gives the counterfactuals that reach their" in text
     assert "moved the other way" in text and "follows the share of valid searches" in text
     assert "fell in every seed" not in text
 
@@ -91,6 +93,135 @@ def test_a_consistent_gap_and_a_consistent_fall_are_reported_as_such():
     assert (
         len(fig.data) == 2 * 2 * 2 + 2 * 2
     )  # two bands and two means per objective, CT only below
+
+
+def _summary(**changes):
+    """A comparison summary as ``seeds_summary`` returns it: three seeds, CT clearly less
+    accurate, validity 50 % on average, the differential over the valid counterfactuals rising
+    in every seed while the average over all of them falls."""
+    s = {
+        "seeds": [42, 43, 44],
+        "mature": "neighbour",
+        "nepochs": 20,
+        "burnin_epochs": 4,
+        "time_full": 30.0,
+        "time_vanilla": 7.5,
+        "acc_diffs_pp": [-2.0, -2.2, -1.8],
+        "valid_per_seed": [0.5, 0.25, 0.75],
+        "implaus_valid_trend_pct": [-10.0, -20.0, -30.0],
+        "implaus_fall": [1.0, 2.0, 3.0],
+        "last_epochs": 3,
+    }
+    return s | changes
+
+
+def test_the_comparison_text_reads_to_the_character():
+    # Accuracy: mean -2.0, sample sd 0.2, SE 0.115; the trend: mean -20, SE 5.8; the time ratio
+    # 30 / 7.5 = 4.0.
+    assert seeds_markdown(_summary()) == (
+        "**Runs:** 3 seeds per objective (42, 43, 44), 20 epochs, the first 4 without "
+        'counterfactuals; invalid counterfactuals count as their neighbour (mature="neighbour"). '
+        "Differences: percentage points for accuracy, relative % for the energy differential; "
+        "positive = CT better.\n\n"
+        "**Cost:** after burn-in an epoch took 30.0 s with CT against 7.5 s for the baseline "
+        "(4.0 times as long), averaged over the seeds.\n\n"
+        "**Accuracy:** held-out accuracy over the last 3 recorded epochs, CT minus baseline: "
+        "-2.0 pp ± 0.1 over the seeds (-2.0, -2.2, -1.8 pp): lower with CT.\n\n"
+        "**Search:** after burn-in 50 % of the training-time counterfactuals were valid on "
+        "average (per seed: 50 %, 25 %, 75 %).\n\n"
+        "**Plausibility:** the energy differential over the valid counterfactuals changed by "
+        "-20 % ± 6 from the first to the last search epoch (-10, -20, -30 %; positive = fell): "
+        "it rose in every seed: the model gives the counterfactuals that reach their target more "
+        "evidence relative to real target-class samples, the opposite of what the term asks. "
+        "Over all counterfactuals (an invalid one counting 0) it moved the other way: that "
+        "average follows the share of valid searches, not plausibility."
+    )
+    one = _summary(
+        seeds=[7],
+        mature="raw",
+        nepochs=5,
+        burnin_epochs=1,
+        time_full=None,
+        acc_diffs_pp=[0.3],
+        valid_per_seed=[],
+        implaus_valid_trend_pct=[],
+        implaus_fall=[],
+        last_epochs=2,
+    )
+    assert seeds_markdown(one) == (
+        "**Runs:** 1 seed per objective (7), 5 epochs, the first 1 without counterfactuals; "
+        'invalid counterfactuals count as found (mature="raw"). Differences: percentage points '
+        "for accuracy, relative % for the energy differential; positive = CT better.\n\n"
+        "**Accuracy:** held-out accuracy over the last 2 recorded epochs, CT minus baseline: "
+        "+0.3 pp over the seeds (+0.3 pp): comparable: the difference is within the spread "
+        "between seeds.\n\n"
+        "**Plausibility:** too few valid counterfactuals to follow the energy differential over "
+        "the valid ones; this run says nothing about plausibility."
+    )
+    # No baseline time: no cost line either.
+    assert "**Cost:**" not in seeds_markdown(_summary(time_vanilla=None))
+
+
+def test_the_comparison_text_sets_the_average_over_all_counterfactuals_beside_a_clear_trend():
+    other_way = "moved the other way"
+    # Small but consistent: a gain of 0.3 pp and a fall of 0.3 % in every seed (sums below 1).
+    small = _summary(acc_diffs_pp=[0.3] * 3, implaus_valid_trend_pct=[0.3] * 3)
+    text = seeds_markdown(small | {"implaus_fall": [-1.0]})
+    assert "higher with CT" in text and "it fell in every seed" in text and other_way in text
+    assert other_way not in seeds_markdown(small)  # the average fell too
+    assert other_way not in seeds_markdown(small | {"implaus_fall": []})  # not logged
+    # An average over all counterfactuals that did not move is not "the other way" of a rise.
+    assert other_way not in seeds_markdown(_summary(implaus_fall=[0.0] * 3))
+    # No consistent trend: nothing to set the average against.
+    mixed = seeds_markdown(_summary(implaus_valid_trend_pct=[5.0, -5.0], implaus_fall=[1.0]))
+    assert "no consistent change across the seeds." in mixed and other_way not in mixed
+
+
+def test_the_comparison_summary_reads_each_seed_s_log():
+    logs = [
+        # Valid-counterfactual differential: exactly two values (a trend of 50 %); starting at 0
+        # (no relative trend); a single value; starting at exactly 1 (a trend of 50 %).
+        _log(0, [0.9] * 3, [5.0, 3.0], [4.0, 2.0], [0.5, 0.5], mature="raw"),
+        _log(1, [0.9] * 4, [5.0, 4.0, 1.0], [0.0, 1.0, 2.0], [0.5] * 3, mature="raw"),
+        _log(2, [0.9] * 4, [1.0, 1.0, 1.0], [None, 3.0, None], [0.5] * 3, mature="raw"),
+        _log(3, [0.9] * 3, [2.0, 2.0], [1.0, 0.5], [0.5, 0.5], mature="raw"),
+    ]
+    s = seeds_summary(logs, [_log(k, [0.9] * 3) for k in range(4)])
+    assert s["seeds"] == [0, 1, 2, 3] and s["mature"] == "raw"
+    assert s["implaus_valid_trend_pct"] == [50.0, 50.0]
+    # The average over all counterfactuals, first search epoch minus the last, absolute.
+    assert s["implaus_fall"] == [2.0, 4.0, 0.0, 0.0]
+    # A log without a burn-in entry counts every epoch as a search epoch.
+    bare = TrainingLog(list(logs[0]), {"seed": 0})
+    assert seeds_summary([bare], [bare])["burnin_epochs"] == 0
+
+
+def test_the_comparison_figure_draws_each_measure_s_seed_band_and_mean_where_it_belongs():
+    full = [
+        _log(0, [0.5, 0.6, 0.7], [1.0, 2.0], [3.0, 4.0], [0.5, 0.7]),
+        _log(1, [0.7, 0.8, 0.9], [1.0, 2.0], [5.0, None], [0.9, 0.1]),
+    ]
+    vanilla = [_log(0, [0.4, 0.5, 0.6]), _log(1, [0.6, 0.5, 0.4])]
+    fig = seeds_figure(full, vanilla)
+    # Per panel and objective: the band (max over seeds, then min backwards) and the mean.
+    expected = [
+        ("x", [1, 2, 3], [1.0, 2.0, 2.0], [1.0, 2.0, 2.0], [1.0, 2.0, 2.0]),  # CT's seconds
+        ("x2", [1, 2, 3], [0.7, 0.8, 0.9], [0.5, 0.6, 0.7], [0.6, 0.7, 0.8]),  # CT's accuracy
+        ("x", [1, 2, 3], [1.0] * 3, [1.0] * 3, [1.0] * 3),  # the baseline's seconds
+        ("x2", [1, 2, 3], [0.6, 0.5, 0.6], [0.4, 0.5, 0.4], [0.5, 0.5, 0.5]),
+        ("x3", [2, 3], [0.9, 0.7], [0.5, 0.1], [0.7, 0.4]),  # valid share, search epochs only
+        ("x4", [2, 3], [5.0, 4.0], [3.0, 4.0], [4.0, 4.0]),  # a seed without valid ones left out
+    ]
+    assert len(fig.data) == 2 * len(expected)
+    for k, (axis, epochs, top, bottom, mean) in enumerate(expected):
+        band, line = fig.data[2 * k], fig.data[2 * k + 1]
+        assert band.xaxis == line.xaxis == axis, k
+        assert list(band.x) == epochs + epochs[::-1] and list(line.x) == epochs, k
+        assert list(band.y) == pytest.approx(top + bottom[::-1]), k
+        assert list(line.y) == pytest.approx(mean), k
+    assert [t.name for t in fig.data if t.showlegend] == ["CT (full objective)", "baseline"]
+    assert [t.name for t in fig.data[1::2]][4:] == ["CT", "CT"]
+    assert fig.layout.shapes[0].x0 == 1.5  # the end of the burn-in
 
 
 def test_clear_difference_needs_one_sign_and_two_standard_errors():

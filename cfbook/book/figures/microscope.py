@@ -195,7 +195,8 @@ def microscope_text(result: dict[str, Any]) -> str:
             f"reached τ = {tau:g} after {stop} step{'s' * (stop != 1)} (p = "
             f"{s['target_prob'][stop]:.2f})"
             if s["valid"]
-            else f"did not reach τ = {tau:g} in {stop} steps (p = {s['target_prob'][stop]:.2f})"
+            else f"did not reach τ = {tau:g} in {stop} step{'s' * (stop != 1)} (p = "
+            f"{s['target_prob'][stop]:.2f})"
         )
         if adv > 0:
             nascent = f"its adversarial example is step {adv}, the last within ε = {eps:g}"

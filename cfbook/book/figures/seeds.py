@@ -73,8 +73,6 @@ def seeds_summary(
         "burnin_epochs": burnin,
         "time_full": mean_of(post["full"]),
         "time_vanilla": mean_of(post["vanilla"]),
-        "acc_full": acc["full"],
-        "acc_vanilla": acc["vanilla"],
         "acc_diffs_pp": acc_diffs,
         "valid_per_seed": valid,
         "implaus_valid_trend_pct": trends,
@@ -132,12 +130,15 @@ def seeds_markdown(s: dict[str, Any]) -> str:
         )
     else:
         per_seed = ", ".join(f"{t:+.0f}" for t in trends)
-        if clear_difference(trends):
+        clear = clear_difference(trends)
+        if clear:
             verdict = (
                 "it fell in every seed: the model gives the counterfactuals that reach their "
                 "target less evidence relative to real target-class samples"
                 if sum(trends) > 0
-                else "it rose in every seed: plausibility did not improve"
+                else "it rose in every seed: the model gives the counterfactuals that reach their "
+                "target more evidence relative to real target-class samples, the opposite of "
+                "what the term asks"
             )
         else:
             verdict = "no consistent change across the seeds"
@@ -147,7 +148,7 @@ def seeds_markdown(s: dict[str, Any]) -> str:
             f"positive = fell): {verdict}."
         )
         all_trends = s["implaus_fall"]
-        if all_trends and (sum(all_trends) > 0) != (sum(trends) > 0):
+        if clear and all_trends and (sum(all_trends) > 0) != (sum(trends) > 0):
             text += (
                 " Over all counterfactuals (an invalid one counting 0) it moved the other way: "
                 "that average follows the share of valid searches, not plausibility."
