@@ -204,20 +204,27 @@ def test_the_microscope_slider_moves_every_panel_through_the_iterates():
     assert [fig.data[i].xaxis for i in moving[4:]] == ["x5", "x5", "x6", "x6"]
     lines = sorted(shape.y0 for shape in fig.layout.shapes)
     assert lines == [0.3, 0.75]  # ε and τ
+    # Each model's iterate and change side by side in the top row; the slider plays the frame
+    # of its own step.
+    assert [fig.data[i].xaxis for i in range(4)] == ["x", "x2", "x3", "x4"]
+    names = [str(t) for t in range(5)]
+    assert [f.name for f in fig.frames] == names
+    assert [list(s.args[0]) for s in fig.layout.sliders[0].steps] == [[n] for n in names]
 
 
 def test_the_microscope_curves_run_two_steps_past_the_later_stop_and_mark_both_points():
     from cfbook.book.figures.microscope import microscope_figure
 
     result = _microscope()
+    result["searches"]["vanilla"]["path"] = [bytes([v] * 784).hex() for v in (10, 200)]
     for s in result["searches"].values():  # eight steps recorded: the figure shows five
         s["target_prob"] += [s["target_prob"][-1]] * 3
         s["distance"] += [s["distance"][-1]] * 3
     fig = microscope_figure(result)
     assert len(fig.data) == 4 + 2 * 2 * 4
-    # The page opens on the last step shown: the baseline's digit at 200, CT's at 100.
+    # The page opens on the last step shown: the baseline's digit at 200 (from 10), CT's at 100.
     assert fig.data[0].z[0][0] == 200 and fig.data[2].z[0][0] == 100
-    assert fig.data[1].z[0][0] == 200 and fig.data[3].z[0][0] == 100  # change from the factual
+    assert fig.data[1].z[0][0] == 190 and fig.data[3].z[0][0] == 100  # change from the factual
     searches = result["searches"]
     for c, key in enumerate(("target_prob", "distance")):
         for i, mode in enumerate(("vanilla", "full")):
@@ -304,7 +311,11 @@ def test_a_search_that_never_moved_is_described_as_such():
     result["searches"]["full"] |= {"counterfactual_at": 0, "adversarial_at": 0}
     text = microscope_text(result)
     assert "CT search reached τ = 0.75 after 0 steps" in text
-    assert "it never moved, so its adversarial example is the factual itself" in text
+    assert "(p = 0.10); it never moved, so its adversarial example is the factual itself; its" in (
+        text
+    )
+    result["searches"]["full"]["valid"] = False
+    assert "CT search did not reach τ = 0.75 in 0 steps (p = 0.10)" in microscope_text(result)
 
 
 def test_a_figure_with_frames_waits_for_its_slider(monkeypatch):

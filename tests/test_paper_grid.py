@@ -707,7 +707,7 @@ def test_the_two_dimensional_text_follows_the_paths():
     text = two_d_text(result)
     # Reach: the L1 distance from a path's start to its end, 1 for both paths.
     assert "- **LS**: CT: 1/2 valid, mean path length 2.00, reach 1.00;" in text
-    assert "no protected search moved x1" in text
+    assert "mean path length 2.00, reach 1.00; no protected search moved x1.\n" in text
     assert "wander" not in text  # 2 is not more than 3 times the reach
     assert "than the baseline's on 0 of 2 data sets (none)" in text
     long = {**panel, "title": "baseline", "path_l1": [1.0, 6.0]}  # 3.5 > 3 times the reach
@@ -850,6 +850,10 @@ def test_the_two_dimensional_figure_draws_each_panel_s_grid_data_paths_and_ends(
         assert list(lines.y) == [0.0, 1.0, 1.0, None, 5.0, 6.0, None]
         assert (list(valid.x), list(valid.y)) == ([4.0], [1.0]) and valid.name == "valid end"
         assert (list(invalid.x), list(invalid.y)) == ([6.0], [6.0])
+    # The menu shows one data set's 24 traces at a time, the third's included.
+    fig = two_d_figure({"data": [data | {"label": k} for k in ("LS", "Moon", "OL")]})
+    shown = [b.args[0]["visible"] for b in fig.layout.updatemenus[0].buttons]
+    assert shown[2] == [False] * 48 + [True] * 24
 
 
 def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():

@@ -167,7 +167,12 @@ def test_the_comparison_text_sets_the_average_over_all_counterfactuals_beside_a_
     # Small but consistent: a gain of 0.3 pp and a fall of 0.3 % in every seed (sums below 1).
     small = _summary(acc_diffs_pp=[0.3] * 3, implaus_valid_trend_pct=[0.3] * 3)
     text = seeds_markdown(small | {"implaus_fall": [-1.0]})
-    assert "higher with CT" in text and "it fell in every seed" in text and other_way in text
+    assert "(+0.3, +0.3, +0.3 pp): higher with CT." in text and other_way in text
+    assert (
+        "(+0, +0, +0 %; positive = fell): it fell in every seed: the model gives the "
+        "counterfactuals that reach their target less evidence relative to real target-class "
+        "samples. Over all"
+    ) in text
     assert other_way not in seeds_markdown(small)  # the average fell too
     assert other_way not in seeds_markdown(small | {"implaus_fall": []})  # not logged
     # An average over all counterfactuals that did not move is not "the other way" of a rise.
