@@ -262,3 +262,17 @@ def test_figure_panels_hold_the_data_sets_every_weighting_trained_each_line_over
     fig = stability_figure(configured, {"the main grid's weights": (main, None)})
     assert [t.xaxis for t in fig.data[::3]] == ["x", "x", "x2", "x2"]
     assert fig.layout.yaxis2.range == (0, 1.02) and fig.layout.yaxis2.matches == "y"
+
+
+def test_the_last_epoch_is_read_from_the_logs():
+    configured, main, results, variant = logs()
+    short = {
+        k: {s: dict(c, log=c["log"][:80]) for s, c in v.items()} for k, v in configured.items()
+    }
+    ridged = {"the main grid's weights": (main, variant)}
+    assert "| at epoch 100 |" in stability_table(configured, results, ridged)
+    assert "training leaves at epoch 100 depends" in stability_text(configured, results, ridged)
+    # Cells trained 80 epochs: said so; logs of different lengths: "the last epoch".
+    text = stability_text(short, results, ridged)
+    assert "training leaves at epoch 80 depends" in text and "at epoch 80 in 0 of 3" in text
+    assert "| at the last epoch |" in stability_table(short, results, ridged)

@@ -153,8 +153,8 @@ def test_the_comparison_text_reads_to_the_character():
         'invalid counterfactuals count as found (mature="raw"). Differences: percentage points '
         "for accuracy, relative % for the energy differential; positive = CT better.\n\n"
         "**Accuracy:** held-out accuracy over the last 2 recorded epochs, CT minus baseline: "
-        "+0.3 pp over the seeds (+0.3 pp): comparable: the difference is within the spread "
-        "between seeds.\n\n"
+        "+0.3 pp over the seeds (+0.3 pp): one seed: no spread between seeds to tell a "
+        "difference from.\n\n"
         "**Plausibility:** too few valid counterfactuals to follow the energy differential over "
         "the valid ones; this run says nothing about plausibility."
     )

@@ -70,6 +70,13 @@ def _keys(configured: Logs, results: dict[str, Any], ridged: Ridged) -> list[str
     ]
 
 
+def _last_epoch(*logs: Logs) -> str:
+    """ "epoch N" where every cell's log ends at epoch N (the paper trains 100), else "the last
+    epoch"."""
+    ends = {c["log"][-1]["epoch"] for g in logs for cells in g.values() for c in cells.values()}
+    return f"epoch {ends.pop()}" if len(ends) == 1 else "the last epoch"
+
+
 def _number(x: float) -> str:
     return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
 
@@ -82,9 +89,10 @@ def stability_table(configured: Logs, results: dict[str, Any], ridged: Ridged) -
     """Per data set and weights, per seed: the largest logged ridge term, the training-time
     validity's range over the last ``LATE`` epochs and at the last one, and the test-time
     protected validity."""
+    last_epoch = _last_epoch(configured, *(logs for logs, _ in ridged.values()))
     lines = [
         "| data | λ_reg, λ_adv | largest ridge term | training validity, last "
-        f"{LATE} epochs | at epoch 100 | test validity (paper) |",
+        f"{LATE} epochs | at {last_epoch} | test validity (paper) |",
         "|---|---|---|---|---|---|",
     ]
     for key in _keys(configured, results, ridged):
@@ -167,8 +175,8 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
         )
     ]
     text += (
-        "There, without the ridge, the model that training leaves at epoch 100 depends on where "
-        "this oscillation stands when it stops"
+        f"There, without the ridge, the model that training leaves at {_last_epoch(configured)} "
+        "depends on where this oscillation stands when it stops"
     )
     text += (
         f": on {_listed(tracked)} the last epoch's training-time validity lies within "
@@ -187,7 +195,7 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
         ended = sum(c["log"][-1]["percent_valid"] >= REACHED for c in seeds)
         reached.append(
             f"{NAMES[k]} (paper {paper:.2f}) in {visits} of the last {LATE} epochs per seed, "
-            f"at epoch 100 in {ended} of {len(seeds)}"
+            f"at {_last_epoch(configured)} in {ended} of {len(seeds)}"
         )
     if reached:
         text += (

@@ -109,6 +109,8 @@ def seeds_markdown(s: dict[str, Any]) -> str:
         per_seed = ", ".join(f"{d:+.1f}" for d in diffs)
         if clear_difference(diffs):
             verdict = "higher with CT" if sum(diffs) > 0 else "lower with CT"
+        elif len(diffs) < 2:
+            verdict = "one seed: no spread between seeds to tell a difference from"
         else:
             verdict = "comparable: the difference is within the spread between seeds"
         out.append(
