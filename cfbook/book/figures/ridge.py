@@ -174,9 +174,10 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
             )
         )
     ]
+    last_epoch = _last_epoch(configured)
     text += (
-        f"There, without the ridge, the model that training leaves at {_last_epoch(configured)} "
-        "depends on where this oscillation stands when it stops"
+        f"There, without the ridge, the model that training leaves at {last_epoch} depends on "
+        "where this oscillation stands when it stops"
     )
     text += (
         f": on {_listed(tracked)} the last epoch's training-time validity lies within "
@@ -195,7 +196,7 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
         ended = sum(c["log"][-1]["percent_valid"] >= REACHED for c in seeds)
         reached.append(
             f"{NAMES[k]} (paper {paper:.2f}) in {visits} of the last {LATE} epochs per seed, "
-            f"at {_last_epoch(configured)} in {ended} of {len(seeds)}"
+            f"at {last_epoch} in {ended} of {len(seeds)}"
         )
     if reached:
         text += (
