@@ -2,12 +2,15 @@
 timed on the problem the parent wrote (MLP weights, digits, targets in one ``.npz``).
 
     python -m benchmarks.peer_side relax|cfbook PROBLEM --n N --steps S [--compile auto|true]
-        [--batch ROWS]
+        [--batch ROWS] [--blas]
     python -m benchmarks.peer_side prepare PROBLEM
+    python -m benchmarks.peer_side products PROBLEM --n N --library blas|onednn|xla
 
 Prints one JSON line: the first call's seconds (tracing and compiling included), the seconds of
 each later call, and the mean number of steps the rows took; ``prepare`` builds cfbook's
-prepared step for the problem's layout (``NativeGenerator.prepare``) and prints its seconds.
+prepared step for the problem's layout (``NativeGenerator.prepare``) and prints its seconds;
+``products`` times the first layer's two products alone in one library. ``--blas`` turns
+oneDNN off in cfbook (``cfbook.search.onednn``): its products are then MKL's, as autograd's.
 Each side runs alone in its process, so torch's and XLA's thread pools never meet and "first
 call" means first in a process.
 """
@@ -118,6 +121,57 @@ def cfbook_side(
     }
 
 
+def products(
+    problem: dict[str, np.ndarray], library: str, n: int, threads: int
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """The first layer's forward product (``x @ w1.T + b1``, n x 784 by 784 x 32) and its
+    backward one (``g @ w1``, n x 32 by 32 x 784, g fixed random) as calls in torch's BLAS (MKL
+    on x86), in oneDNN as cfbook calls it, or in XLA (jit); each returns its result, computed."""
+    x, w1, b1 = problem["x"][:n], problem["w1"], problem["b1"]
+    g = np.random.default_rng(0).standard_normal((n, w1.shape[0]), dtype=np.float32)
+    if library == "xla":
+        import jax
+        import jax.numpy as jnp
+
+        x, w1, b1, g = (jnp.asarray(a) for a in (x, w1, b1, g))
+        forward_fn = jax.jit(lambda x, w, b: x @ w.T + b)
+        backward_fn = jax.jit(lambda g, w: g @ w)
+        return (
+            lambda: forward_fn(x, w1, b1).block_until_ready(),
+            lambda: backward_fn(g, w1).block_until_ready(),
+        )
+    import torch
+
+    from cfbook.search import onednn
+
+    torch.set_num_threads(threads)
+    x, w1, b1, g = (torch.from_numpy(a) for a in (x, w1, b1, g))
+    if library == "onednn":
+        w1t = w1.t().contiguous()
+        return lambda: onednn.linear(x, w1, b1), lambda: onednn.linear(g, w1t)
+    return lambda: torch.addmm(b1, x, w1.t()), lambda: torch.mm(g, w1)
+
+
+def products_side(
+    problem: dict[str, np.ndarray], library: str, n: int, threads: int
+) -> dict[str, float]:
+    """Seconds per call of ``products``' two calls: the median of 7 timings of 50 calls."""
+
+    def per_call(fn: Callable[[], Any]) -> float:
+        for _ in range(20):
+            fn()
+        timings = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(50):
+                fn()
+            timings.append((time.perf_counter() - start) / 50)
+        return float(np.median(timings))
+
+    forward, backward = products(problem, library, n, threads)
+    return {"forward": per_call(forward), "backward": per_call(backward)}
+
+
 def prepare_side(problem: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
     """Build the prepared step that ``cfbook_side``'s searches take where
     ``CFBOOK_PREPARED_DIR`` names its folder: the same model, domain and thread count."""
@@ -134,7 +188,7 @@ def prepare_side(problem: dict[str, np.ndarray], threads: int) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peer_side")
-    parser.add_argument("side", choices=("relax", "cfbook", "prepare"))
+    parser.add_argument("side", choices=("relax", "cfbook", "prepare", "products"))
     parser.add_argument("problem")
     parser.add_argument("--n", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0)
@@ -143,11 +197,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compile", choices=("auto", "true", "false"), default="auto")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=0, help="cf_batchsize (0: the default)")
+    parser.add_argument("--blas", action="store_true", help="cfbook without oneDNN")
+    parser.add_argument("--library", choices=("blas", "onednn", "xla"), default="blas")
     args = parser.parse_args(argv)
+    if args.blas:
+        import torch
+
+        torch.backends.mkldnn.enabled = False
     with np.load(args.problem) as stored:
         problem = {k: stored[k] for k in stored.files}
     if args.side == "prepare":
         result = prepare_side(problem, args.threads)
+    elif args.side == "products":
+        result = products_side(problem, args.library, args.n, args.threads)
     elif args.side == "relax":
         result = relax_side(problem, args.n, args.steps, args.repeats, args.budget)
     else:

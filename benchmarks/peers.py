@@ -30,7 +30,7 @@ from benchmarks.common import Context, Skipped, Table, fmt_ratio, fmt_seconds
 from benchmarks.fixtures import SEED, trained_model
 from cfbook.data import load_mnist
 from cfbook.evaluation.metrics import predict
-from cfbook.search import prepared
+from cfbook.search import onednn, prepared
 from cfbook.search.generators import CPU_CHUNK_ELEMENTS, chunk_rows
 
 TITLE = "12. Against ReLax: the same search problem, side by side"
@@ -77,14 +77,17 @@ def measure(ctx: Context, side: str, problem: Path, n: int, steps: int, **option
             env["TORCHINDUCTOR_CACHE_DIR"] = value
         elif key == "prepared":
             env["CFBOOK_PREPARED_DIR"] = value
-        else:
-            command += [f"--{key}", value]
+        else:  # an empty value: a flag
+            command += [f"--{key}", value] if value else [f"--{key}"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{side} side failed (n={n}, steps={steps}):\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if side == "prepare":
         ctx.log(f"peers: prepared step built in {result['seconds']:.1f} s")
+        return result
+    if side == "products":
+        ctx.log(f"peers products {options} n={n}: {result}")
         return result
     result["median"] = float(np.median(result["times"]))
     ctx.log(
@@ -110,6 +113,8 @@ def run(ctx: Context) -> list[Table]:
             "ReLax jit(vmap)",
             "cfbook default",
             "ratio",
+            "default, BLAS products",
+            "ratio",
             "default, one batch",
             "ratio",
             "default, prepared step",
@@ -133,6 +138,12 @@ def run(ctx: Context) -> list[Table]:
             "chunks' bits = one batch's",
         ],
     )
+    library_names = {"blas": "torch, MKL", "onednn": "torch, oneDNN (cfbook)", "xla": "JAX, XLA"}
+    products = Table(
+        "The first layer's two products alone, microseconds per call (median): forward "
+        "x @ w1.T + b1 (N x 784 by 784 x 32) / backward g @ w1 (N x 32 by 32 x 784)",
+        ["N", *library_names.values(), "MKL / oneDNN", "MKL / XLA"],
+    )
     with tempfile.TemporaryDirectory() as tmp:
         problem = Path(tmp) / "problem.npz"
         write_problem(ctx, max(rows), problem)
@@ -145,6 +156,7 @@ def run(ctx: Context) -> list[Table]:
                 cache = str(Path(tmp) / f"inductor-{n}-{steps}")
                 relax = measure(ctx, "relax", problem, n, steps)
                 default = measure(ctx, "cfbook", problem, n, steps, compile="auto")
+                blas = measure(ctx, "cfbook", problem, n, steps, compile="auto", blas="")
                 whole = measure(ctx, "cfbook", problem, n, steps, compile="auto", batch=str(n))
                 ready = measure(ctx, "cfbook", problem, n, steps, compile="auto", prepared=folder)
                 cold = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
@@ -154,6 +166,8 @@ def run(ctx: Context) -> list[Table]:
                     fmt_seconds(relax["median"]),
                     fmt_seconds(default["median"]),
                     fmt_ratio(default["median"] / relax["median"]),
+                    fmt_seconds(blas["median"]),
+                    fmt_ratio(blas["median"] / relax["median"]),
                     fmt_seconds(whole["median"]),
                     fmt_ratio(whole["median"] / relax["median"]),
                     fmt_seconds(ready["median"]),
@@ -173,6 +187,21 @@ def run(ctx: Context) -> list[Table]:
                     f"{default['mean_steps']:.1f}",
                     "yes" if default["digest"] == whole["digest"] else "NO",
                 )
+        for n in rows:
+            times = {
+                name: measure(ctx, "products", problem, n, 0, library=name)
+                for name in library_names
+            }
+            both = {name: t["forward"] + t["backward"] for name, t in times.items()}
+            products.add(
+                f"{n:,}",
+                *(
+                    f"{t['forward'] * 1e6:,.0f} / {t['backward'] * 1e6:,.0f}"
+                    for t in times.values()
+                ),
+                fmt_ratio(both["blas"] / both["onednn"]),
+                fmt_ratio(both["blas"] / both["xla"]),
+            )
     speed.notes.append(
         "Same MLP weights (784-32-10), digits and targets on both sides; each side in its own "
         "process, torch with the run's thread count and XLA with its default pool over every "
@@ -185,6 +214,9 @@ def run(ctx: Context) -> list[Table]:
         "own rows x steps, on a machine without prepared steps (CFBOOK_PREPARED_DIR=off), "
         f"in chunks of at most {CPU_CHUNK_ELEMENTS:,} numbers (CPU_CHUNK_ELEMENTS; "
         f"{chunk_rows(None, torch.empty(10_000, 784)):,} rows of 784 at N = 10,000). "
+        "Default, BLAS products: the same call with oneDNN turned off "
+        "(torch.backends.mkldnn.enabled = False), so that its matrix products are MKL's, as "
+        "before 2026-12-06 (cfbook.search.onednn; the last table times the products alone). "
         "Default, one batch: the same call with cf_batchsize = N, as the default "
         "searched before 2026-12-05 (the next table's last column compares the two results' "
         "bits). "
@@ -202,4 +234,15 @@ def run(ctx: Context) -> list[Table]:
         "compile: what a lone search in a fresh process costs on each side. The issue's targets "
         "are the later calls' (the table above)."
     )
-    return [speed, first]
+    products.notes.append(
+        "Each library in its own process with the run's thread count (XLA: its default pool), "
+        "the problem's weights and digits; a random g. Ratios: the two products' time together. "
+        "MKL picks its code by the processor's vendor, oneDNN by its instruction sets (on an "
+        "AMD EPYC with AVX-512, MKL_VERBOSE names no AVX-512 path where ONEDNN_VERBOSE names "
+        "avx512_core). cfbook's search sends a product to oneDNN from "
+        f"{onednn.MIN_MACS:,} multiply-adds (cfbook.search.onednn.MIN_MACS; this layer from "
+        f"{-(-onednn.MIN_MACS // (784 * 32)):,} rows), where the fixed cost of a oneDNN call "
+        "no longer outweighs its speed in any layer measured, so at 100 rows its products "
+        "stay MKL's."
+    )
+    return [speed, first, products]

@@ -6,6 +6,7 @@ tests share one build instead of paying for it twice.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -27,8 +28,10 @@ if TYPE_CHECKING:  # playwright is the browser extra: only the browser tests nee
 
 REPO = Path(__file__).resolve().parents[1]
 # Prepared search steps change which path a search takes (cfbook.search.prepared): the tests
-# see only those they build, never the machine's.
+# see only those they build, never the machine's. The folder goes when the session ends (a
+# mutation run starts thousands of sessions).
 os.environ["CFBOOK_PREPARED_DIR"] = tempfile.mkdtemp(prefix="cfbook-prepared-")
+atexit.register(shutil.rmtree, os.environ["CFBOOK_PREPARED_DIR"], ignore_errors=True)
 # The offline Quarto installer that scripts/quarto.sh uses; CI has it beside the clone.
 QUARTO_INSTALLER = REPO.parent / "shared" / "tools" / "quarto"
 CHROMIUM = Path("/usr/bin/chromium")

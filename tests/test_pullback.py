@@ -1,5 +1,7 @@
 """The eager search's direct path for plain MLPs (``cfbook.search.pullback.PlainMLP``): which
-models take it, and that it gives autograd's logits, gradients and searches bit for bit."""
+models take it, and that it gives autograd's logits, gradients and searches bit for bit where
+its products are the BLAS's, as autograd's are. On an x86 CPU they are oneDNN's by default
+(``tests/test_onednn.py``); here oneDNN is off, as a user turns it off."""
 
 import pytest
 import torch
@@ -9,6 +11,11 @@ from torch.nn.utils import parametrize
 from cfbook import NativeGenerator
 from cfbook.search import pullback, step
 from cfbook.search.pullback import PlainMLP
+
+
+@pytest.fixture(autouse=True)
+def blas_products(monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
 
 
 class Layers(nn.Sequential):

@@ -35,7 +35,9 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from cfbook.errors import warn
+from cfbook.search import onednn
 from cfbook.search.constraints import CategoricalCode
+from cfbook.search.pullback import PlainMLP
 from cfbook.search.step import WorkingSet, fused_step
 
 Compile = bool | Literal["auto"]
@@ -183,6 +185,7 @@ def compile_search(
         per_row_energy,
         torch.get_num_threads(),
         tuple((t.shape, t.stride(), t.dtype) for t in constraints),
+        onednn.graph_products(model, x0) if PlainMLP.of(model) is not None else None,
     )
     graphs = _graphs.setdefault(model, {})
     if key not in graphs:
@@ -297,6 +300,8 @@ def trace_step(
     )
 
     names = [name for name, _ in (*model.named_parameters(), *model.named_buffers())]
+    # Which layers' products go to oneDNN (cfbook.search.onednn; None: none, autograd's graph)
+    products = onednn.graph_products(model, x0) if PlainMLP.of(model) is not None else None
 
     def iteration(*args: Tensor) -> list[Tensor]:
         values = dict(zip(names, args, strict=False))
@@ -322,6 +327,7 @@ def trace_step(
             with_cost,
             None if code is None else code.decode,
             frozen,
+            None if products is None else onednn.vjp(model, values, products),
         )
         return []  # the results are the in-place updates
 

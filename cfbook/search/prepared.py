@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.errors import warn
-from cfbook.search import compiled, step
+from cfbook.search import compiled, onednn, step
 from cfbook.search.pullback import PlainMLP
 from cfbook.search.step import WorkingSet
 
@@ -61,7 +61,7 @@ def prepared_dir() -> Path | None:
 def _source_hash() -> str:
     """What the graph is made of: the step's and the tracer's source."""
     digest = hashlib.sha256()
-    for module in (step, compiled):
+    for module in (step, compiled, onednn):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
@@ -95,6 +95,7 @@ def layout_key(
         torch.backends.cpu.get_cpu_capability(),
         platform.machine(),
         torch.get_num_threads(),
+        onednn.graph_products(model, x0),
         _source_hash(),
         layers,
         x0.shape[1],

@@ -11,6 +11,9 @@ autograd allocates at every iteration (their pages' first touch is not free on a
 10,000 (benchmark 9, two threads, 2026-12-05). Any other model, or one with hooks that autograd
 would run, takes autograd.
 
+With float32 rows on an x86 CPU the large products go to oneDNN instead (``cfbook.search.onednn``):
+autograd's results within rounding, not its bits; with oneDNN turned off, its bits again.
+
 On a CPU it also bounds the last product from its inputs' largest entries, so the step can skip
 its pass that zeroes NaN gradients where none can be: 4-9 % of the search at 100 to 10,000 rows
 in an unrecorded probe (2026-12-05), the same bits.
@@ -21,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as module_globals
+
+from cfbook.search import onednn
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL = tuple(f"_global{name}" for name in _HOOKS)
@@ -38,6 +43,7 @@ class PlainMLP:
         self.layers = layers
         # The weights' transposes, as views made once (a search's weights do not change).
         self._transposed = [m.weight.t() if isinstance(m, nn.Linear) else None for m in layers]
+        self._contiguous: dict[int, Tensor] = {}  # oneDNN's weights for the backward products
         self._inputs: list[Tensor] = []
         self._buffers: dict[tuple[str, int], Tensor] = {}
         self._weight_max: float | None = None
@@ -72,7 +78,10 @@ class PlainMLP:
         owned = False  # whether x is one of this object's buffers (a ReLU may then work in place)
         for i, layer in enumerate(self.layers):
             self._inputs.append(x)
-            if isinstance(layer, nn.Linear):
+            if isinstance(layer, nn.Linear) and onednn.serves(x, layer):
+                x = onednn.linear(x, layer.weight, layer.bias)
+                owned = True
+            elif isinstance(layer, nn.Linear):
                 wt, b = self._transposed[i], layer.bias
                 out = self._buffer("forward", i, x, wt.shape[1])
                 x = torch.mm(x, wt, out=out) if b is None else torch.addmm(b, x, wt, out=out)
@@ -89,7 +98,15 @@ class PlainMLP:
         self.finite = False
         for i in reversed(range(len(self.layers))):
             layer, inp = self.layers[i], self._inputs[i]
-            if isinstance(layer, nn.Linear):
+            if isinstance(layer, nn.Linear) and onednn.serves(grad, layer):
+                if i == 0 and bound:
+                    self.finite = self._bounded(grad, layer.weight)
+                if i not in self._contiguous:  # made once: a search's weights do not change
+                    self._contiguous[i] = layer.weight.t().contiguous()
+                grad = onednn.linear(grad, self._contiguous[i])
+                if i == 0 and out is not None:  # a copy costs less than fresh pages next step
+                    grad = out.copy_(grad)
+            elif isinstance(layer, nn.Linear):
                 w = layer.weight
                 if inp.stride(0) == 1 and inp.stride(1) == inp.shape[0]:
                     grad = self._transposed[i].mm(grad.t()).t()  # autograd's order, column-major

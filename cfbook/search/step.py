@@ -4,7 +4,8 @@ Both update a ``WorkingSet`` (the rows still searched) for iteration ``t``:
 
 - ``eager_step``: plain PyTorch with autograd, a handful of in-place kernels per iteration; it runs
   any model, and it is the path to read and debug. For plain MLPs it calls autograd's own kernels
-  directly (``cfbook.search.pullback``): the same bits, without the autograd engine.
+  directly (``cfbook.search.pullback``): the same bits, without the autograd engine, but for
+  large float32 products on an x86 CPU, which go to oneDNN (``cfbook.search.onednn``).
 - ``fused_step``: the same iteration as one pure function of tensors (model forward, input
   gradient by ``torch.func.vjp``, update, constraints, bookkeeping), written to be traced and
   compiled whole (``cfbook.search.compiled``). It writes its results into the working set's
@@ -180,8 +181,8 @@ def eager_step(
 ) -> None:
     """One iteration with in-place kernels (any model, any device); ``phi`` is the energy
     weight, one for all rows or one per row (``(n, 1)``). The input gradient comes from
-    autograd, or from ``mlp`` (``PlainMLP.of(model)``, the same bits without the autograd
-    engine) where given; never under autocast."""
+    autograd, or from ``mlp`` (``PlainMLP.of(model)``, without the autograd engine) where
+    given; never under autocast."""
     if mlp is not None and s.amp is None:
         with torch.no_grad():
             xw = c.decode(ws.x)
@@ -279,6 +280,7 @@ def fused_step(
     with_cost: bool,
     decode: Callable[[Tensor], Tensor] | None,
     frozen: bool,
+    vjp: Callable[[Tensor], tuple[Tensor, Callable[[Tensor], tuple[Tensor]]]] | None = None,
 ) -> None:
     """One iteration as a pure tensor program that updates ``x``, ``nascent``, ``within``,
     ``active`` and ``iterations`` in place (call it under ``torch.no_grad()``; float32, no
@@ -287,7 +289,8 @@ def fused_step(
     ``phi`` (the energy weight: 0-d, or ``(n, 1)`` with one per row) and ``scalars``
     (``StepSettings.scalars``, 1-d) are tensors; ``with_cost`` says whether lambda_cost is
     non-zero. ``decode`` decodes the one-hot groups (None: there are none); ``frozen``: the state
-    becomes its decoding after each step.
+    becomes its decoding after each step. ``vjp``: the logits and their pullback at a point, as
+    ``torch.func.vjp(model, point)`` returns them (None: that call).
 
     Formulated for a fused kernel rather than for eager PyTorch: ``nan_to_num`` is a clamp and a
     self-comparison, mutability is a per-feature clamp of the step (``step_bounds``: 0 where a
@@ -300,7 +303,7 @@ def fused_step(
     """
     tau, lambda_cost, step_size, epsilon = scalars.unbind()
     point = x if decode is None else decode(x)
-    logits, pullback = torch.func.vjp(model, point)
+    logits, pullback = torch.func.vjp(model, point) if vjp is None else vjp(point)
     probs = logits.softmax(1)
     still = active & not_converged(probs, target, tau)
     (grad,) = pullback(logit_gradient(logits, probs, target, phi))
