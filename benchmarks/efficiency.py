@@ -1,7 +1,11 @@
 """Benchmark 2: how close NativeGenerator comes to the bare cost of its forward+backward passes.
 
-Three bare baselines, each a plain autograd loop of passes with respect to the inputs (no loss,
-no step, no bookkeeping) at the search's batch size:
+Three bare baselines, each a loop of forward+backward passes with respect to the inputs (no
+loss, no step, no bookkeeping) at the search's batch size, computed as the search computes them:
+for a plain MLP by its direct path (``PlainMLP``, whose products go to oneDNN where
+``cfbook.search.onednn`` sends them, as the search's do), for any other model by autograd. Before
+2026-12-06 they were autograd's for every model: once the search's products went to oneDNN on an
+x86 CPU, an autograd baseline would have held it to MKL's slower products.
 
 - full: ``maxiter`` passes over all rows (what a search without early stopping costs);
 - active: at iteration t, a pass over the rows still searching (``iterations > t``): the work
@@ -34,6 +38,7 @@ from benchmarks.fixtures import DOMAIN, factuals, trained_model
 from cfbook.models import N_FEATURES
 from cfbook.search.compiled import AUTO_COMPILE_STEPS
 from cfbook.search.generators import CounterfactualResult, NativeGenerator
+from cfbook.search.pullback import PlainMLP
 
 TITLE = "2. Generator efficiency: NativeGenerator vs bare forward+backward passes"
 TARGET = 1.15  # Native time / bare passes over the active rows
@@ -41,9 +46,15 @@ TARGET = 1.15  # Native time / bare passes over the active rows
 
 def bare_passes(model: nn.Module, x: Tensor, rows: list[int], grad_out: Tensor) -> None:
     """One forward+backward pass w.r.t. the inputs per entry of ``rows``, over that many rows."""
+    direct = PlainMLP.of(model)
     for r in rows:
-        xr = x[:r].detach().requires_grad_(True)
-        torch.autograd.grad(model(xr), xr, grad_out[:r])
+        if direct is None:
+            xr = x[:r].detach().requires_grad_(True)
+            torch.autograd.grad(model(xr), xr, grad_out[:r])
+        else:
+            with torch.no_grad():
+                direct.forward(x[:r])
+                direct.pullback(grad_out[:r])
 
 
 def active_rows(iterations: Tensor, maxiter: int) -> list[int]:
@@ -223,8 +234,10 @@ def run(ctx: Context) -> list[Table]:
         "Rows active / scheduled: rows searched per iteration summed over iterations, as a share "
         "of maxiter x batch; active = the rows that still step, scheduled = the rows Native "
         "carries because it drops converged rows only at compaction points.",
-        "Bare passes: model(x[:r]) and autograd.grad w.r.t. x[:r] with a fixed output gradient, "
-        "nothing else; identical row schedules are timed once and shared.",
+        "Bare passes: the logits of x[:r] and their gradient w.r.t. x[:r] for a fixed output "
+        "gradient, nothing else, computed as the search computes them: by its direct path for "
+        "the MLP (PlainMLP, with oneDNN's products where cfbook.search.onednn sends them), by "
+        "autograd for ResNet-18; identical row schedules are timed once and shared.",
         "Bookkeeping / iteration = (Native - bare schedule) / iterations run: the loss gradient "
         "on the logits, cost and energy terms, NaN guard, domain clamp, row masking and the "
         "epsilon-ball test for the nascent point. The eager step spends about ten elementwise "

@@ -1,12 +1,13 @@
 """The search's matrix products on an x86 CPU through oneDNN rather than the BLAS.
 
 PyTorch's x86 builds send a float32 ``addmm`` or ``mm`` to MKL, which picks its code by the
-processor's vendor: on an AMD EPYC (Zen 5, AVX-512) it runs a path without AVX-512, and the two
-products of a 784-32-10 MLP's search step take about twice the time they take in oneDNN, which
-picks by instruction set (benchmark 12's last table). So the plain-MLP paths of the search (``PlainMLP``, the compiled and the prepared step)
-call oneDNN's inner product for float32 rows on an x86 CPU. The results are MKL's within
-rounding, not to the bit; ``torch.backends.mkldnn.enabled = False`` turns oneDNN off, and the
-search is then autograd's to the bit again.
+processor's vendor: on an AMD EPYC (Zen 5, AVX-512) its verbose output names no AVX-512 path,
+and the two products of a 784-32-10 MLP's first layer take about twice the time they take in
+oneDNN, which picks by instruction set (benchmark 12's last table). So the plain-MLP paths of
+the search (``PlainMLP``, the compiled and the prepared step) send their large float32 products
+on an x86 CPU to oneDNN's inner product (``MIN_MACS``). The results are MKL's within rounding,
+not to the bit; ``torch.backends.mkldnn.enabled = False`` turns oneDNN off, and the search is
+then autograd's to the bit again.
 
 Inductor lowers oneDNN's own operator only with constant weights, and a search's weights are
 graph inputs (one graph serves every epoch of a training), so the traced step calls it through
