@@ -58,6 +58,9 @@ def _autograd(model: nn.Module, x: torch.Tensor, v: torch.Tensor):
 def test_a_product_goes_to_onednn_by_its_multiply_adds_dtype_device_and_switch(monkeypatch):
     first, last = wide_mlp()[0], wide_mlp()[2]
     assert onednn.serves(rows(168), first) and not onednn.serves(rows(167), first)
+    exact = nn.Linear(1024, 32)  # 128 x 1,024 x 32 = 2**22 exactly: served
+    assert onednn.serves(torch.rand(128, 1024), exact)
+    assert not onednn.serves(torch.rand(127, 1024), exact)
     assert not onednn.serves(rows(13107)[:, :32], last)  # 13,107 x 32 x 10 < 2**22
     assert onednn.serves(rows(13108)[:, :32], last)
     assert onednn.serves(rows(2), first, rows=168) and not onednn.serves(rows(500), first, 167)
@@ -93,6 +96,12 @@ def test_the_direct_path_takes_onednn_s_bits_and_is_autograd_s_within_rounding(n
         back = torch.ops.aten.threshold_backward(v.mm(w2), hidden, 0)
         want_grad = lp(back, w1.t().contiguous(), None, "none", [], "")
     assert grad is out and direct.finite
+    with torch.no_grad():
+        direct.forward(x)
+        # The ReLU works in place on oneDNN's output: one tensor is its input and its output.
+        assert direct._inputs[1].data_ptr() == direct._inputs[2].data_ptr()
+        direct.pullback(v)
+    assert not direct.finite  # not asked: nothing is read
     assert torch.equal(logits, want_logits) and torch.equal(grad, want_grad)
     auto_logits, auto_grad = _autograd(model, x, v)
     # The BLAS's forward bits differ: oneDNN did run. (Over the 32 hidden units the backward
