@@ -36,6 +36,10 @@ from cfbook.search.generators import CPU_CHUNK_ELEMENTS, chunk_rows
 TITLE = "12. Against ReLax: the same search problem, side by side"
 PEERS = ("jax", "relax", "nbdev", "fastcore")
 SIZES = {False: ((100, 1000, 10000), (30, 100)), True: ((100, 1000), (10,))}  # by ctx.quick
+# Each side is measured this many times per size, in alternating order (A B C, then C B A), each
+# time in a fresh process: on a shared machine the load drifts over minutes, and one process per
+# side once moved ReLax's own time by 1.75x between two runs of the benchmark (2026-12-06).
+ROUNDS = 3
 
 
 def missing_peers() -> list[str]:
@@ -97,6 +101,16 @@ def measure(ctx: Context, side: str, problem: Path, n: int, steps: int, **option
     return result
 
 
+def combined(results: list[dict]) -> dict:
+    """One side's measurements over the rounds: the median of their first calls and of their
+    medians; the first round's steps per row and digest."""
+    return {
+        **results[0],
+        "first": float(np.median([r["first"] for r in results])),
+        "median": float(np.median([r["median"] for r in results])),
+    }
+
+
 def run(ctx: Context) -> list[Table]:
     if ctx.device.type != "cpu":
         raise Skipped("CPU only (ReLax's side runs jax on the CPU here)")
@@ -154,13 +168,21 @@ def run(ctx: Context) -> list[Table]:
         for steps in step_counts:
             for n in rows:
                 cache = str(Path(tmp) / f"inductor-{n}-{steps}")
-                relax = measure(ctx, "relax", problem, n, steps)
-                default = measure(ctx, "cfbook", problem, n, steps, compile="auto")
-                blas = measure(ctx, "cfbook", problem, n, steps, compile="auto", blas="")
-                whole = measure(ctx, "cfbook", problem, n, steps, compile="auto", batch=str(n))
-                ready = measure(ctx, "cfbook", problem, n, steps, compile="auto", prepared=folder)
                 cold = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
-                warm = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
+                sides = {
+                    "relax": ("relax", {}),
+                    "default": ("cfbook", {"compile": "auto"}),
+                    "blas": ("cfbook", {"compile": "auto", "blas": ""}),
+                    "whole": ("cfbook", {"compile": "auto", "batch": str(n)}),
+                    "ready": ("cfbook", {"compile": "auto", "prepared": folder}),
+                    "warm": ("cfbook", {"compile": "true", "cache": cache}),
+                }
+                runs: dict[str, list[dict]] = {name: [] for name in sides}
+                for r in range(1 if ctx.quick else ROUNDS):  # A B C, then C B A
+                    for name in list(sides) if r % 2 == 0 else reversed(sides):
+                        side, options = sides[name]
+                        runs[name].append(measure(ctx, side, problem, n, steps, **options))
+                relax, default, blas, whole, ready, warm = (combined(runs[name]) for name in sides)
                 speed.add(
                     f"{n:,}, {steps}",
                     fmt_seconds(relax["median"]),
@@ -203,7 +225,10 @@ def run(ctx: Context) -> list[Table]:
                 fmt_ratio(both["blas"] / both["xla"]),
             )
     speed.notes.append(
-        "Same MLP weights (784-32-10), digits and targets on both sides; each side in its own "
+        f"Same MLP weights (784-32-10), digits and targets on both sides; each cell the median "
+        f"over {1 if ctx.quick else ROUNDS} rounds, each side in a fresh "
+        "process per round, in alternating order (A B C, then C B A), each round's time the "
+        "median of its later calls; each side in its own "
         "process, torch with the run's thread count and XLA with its default pool over every "
         "core (the same two threads on a 2-core machine); every row takes the given number of "
         "steps (cfbook "

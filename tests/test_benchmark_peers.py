@@ -63,3 +63,17 @@ def test_the_blas_flag_turns_onednn_off_in_cfbooks_side(tmp_path, monkeypatch, c
     main(["cfbook", str(tmp_path / "problem.npz"), "--n", "5", "--steps", "2", "--blas"])
     assert not torch.backends.mkldnn.enabled
     assert '"mean_steps": 2.0' in capsys.readouterr().out
+
+
+def test_a_side_s_rounds_combine_by_their_medians():
+    rounds = [
+        {"first": 3.0, "median": 5.0, "digest": "a", "mean_steps": 30.0},
+        {"first": 1.0, "median": 4.0, "digest": "b", "mean_steps": 30.0},
+        {"first": 2.0, "median": 9.0, "digest": "c", "mean_steps": 30.0},
+    ]
+    assert peers.combined(rounds) == {
+        "first": 2.0,
+        "median": 5.0,
+        "digest": "a",
+        "mean_steps": 30.0,
+    }
