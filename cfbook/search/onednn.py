@@ -33,7 +33,6 @@ MIN_MACS = 2**22
 # A compiled step's row count is a symbol: it chooses as for this many rows (compile="auto"
 # compiles searches of 2**18 numbers and more: 335 rows of 784).
 GRAPH_ROWS = 256
-_linear_pointwise = torch.ops.mkldnn._linear_pointwise
 
 
 def enabled() -> bool:
@@ -59,7 +58,8 @@ def graph_products(model: nn.Sequential, x0: Tensor) -> tuple[bool, ...] | None:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` by oneDNN (``weight``: out x in, as in ``nn.Linear``)."""
-    return _linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
+    # Looked up here, not at import: a torch built without oneDNN has no such operator.
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
 
 
 # Defined with the dispatcher's own API, not ``torch.library.custom_op``, whose kernels import
