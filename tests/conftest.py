@@ -91,6 +91,22 @@ class SmokeBook:
         ]
 
 
+@pytest.fixture
+def pullback_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every ``PlainMLP.pullback`` call from here on (the direct path's)."""
+    from cfbook.search.pullback import PlainMLP
+
+    rows: list[int] = []
+    original = PlainMLP.pullback
+
+    def counted(self, grad, out=None, bound=False):
+        rows.append(grad.shape[0])
+        return original(self, grad, out, bound)
+
+    monkeypatch.setattr(PlainMLP, "pullback", counted)
+    return rows
+
+
 def make_data_dir(root: Path) -> Path:
     """A fresh data folder (so no real log is touched) that still sees the shipped data sets:
     MNIST, the tabular files ("CT on your own data" reads Adult), and the shipped `tutorial` and

@@ -7,22 +7,14 @@ import torch
 from torch import nn
 
 from benchmarks.efficiency import bare_passes
-from cfbook.search.pullback import PlainMLP
 
 
 class Layers(nn.Sequential):
     """The same layers in a subclass: the search runs it through autograd."""
 
 
-def test_bare_passes_take_the_direct_path_for_plain_mlps_only(monkeypatch):
-    rows = []
-    original = PlainMLP.pullback
-
-    def counted(self, grad, out=None, bound=False):
-        rows.append(grad.shape[0])
-        return original(self, grad, out, bound)
-
-    monkeypatch.setattr(PlainMLP, "pullback", counted)
+def test_bare_passes_take_the_direct_path_for_plain_mlps_only(pullback_rows):
+    rows = pullback_rows
     model = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
     x, grad_out = torch.rand(20, 12), torch.randn(20, 3)
     bare_passes(model, x, [20, 7, 3], grad_out)

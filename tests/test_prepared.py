@@ -15,7 +15,7 @@ from torch import nn
 
 from cfbook import FullObjective, NativeGenerator, counterfactual_training
 from cfbook.data import DeviceLoader
-from cfbook.search import compiled, prepared
+from cfbook.search import compiled, onednn, prepared, step
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
@@ -292,3 +292,14 @@ def test_the_commands_that_make_shipped_results_turn_prepared_steps_off(monkeypa
     monkeypatch.setattr(paper, "run_variant", record("paper"))
     assert paper.main(["--variant", next(iter(VARIANTS)), "--out", str(tmp_path)]) == 0
     assert seen == {"pipeline": None, "paper": None}
+
+
+@pytest.mark.parametrize("module", [step, compiled, onednn], ids=lambda m: m.__name__)
+def test_an_edit_to_the_step_s_sources_changes_its_key(module, tmp_path, monkeypatch):
+    """A package built before an edit to the step, its tracer or the oneDNN products never
+    serves the edited step: the key hashes all three sources."""
+    before = prepared._source_hash.__wrapped__()
+    edited = tmp_path / "edited.py"
+    edited.write_bytes(Path(module.__file__).read_bytes() + b"\n# edited\n")
+    monkeypatch.setattr(module, "__file__", str(edited))
+    assert prepared._source_hash.__wrapped__() != before
