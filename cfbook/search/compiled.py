@@ -9,9 +9,10 @@ tenth of a small model's pass; ``compile_search`` checks once per search what gu
 every call (the model's modules and tensors, the constraint layout, the thread count).
 
 It pays where the bookkeeping outweighs the model (small models, large batches) and when the
-compile, a few seconds per model architecture and process (10-16 s the first time on a
-machine, before the inductor cache is warm; on an Intel Xeon 9-11 of its 13-16 s went to
-inductor's probes of the processor's vector instruction sets; benchmark 9), is spread over many
+compile, a few seconds per model architecture and process (8-16 s the first time on a
+machine, before the inductor cache is warm; 4.4 of an AMD EPYC's 7.9 s and 9-11 of an Intel
+Xeon's 13-16 s went to inductor's probes of the processor's vector instruction sets; benchmark
+9), is spread over many
 searches, as in a long training run that searches every epoch. So ``compile="auto"`` decides
 once, from the work planned: a training run from its counterfactual-steps (search epochs x
 ``nce`` x ``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles
@@ -54,10 +55,11 @@ AUTO_MAX_FLOPS_PER_FEATURE = 512
 # against the eager step with its direct path for MLPs) and a cold one (the first on a machine)
 # after 10 million (9.9 s; Intel 9.9 million, 14 s) (benchmark 9, 2026-12-01 and 2026-12-04).
 # The eager step has got faster since: 2.5 million warm (2.0 s) and 16.9 million cold on the
-# Intel Xeon (2026-12-05), so runs between 2 and 2.5 million now lose up to a few tenths of a
-# second to the compile; the bar stays, since moving it changes which runs compile, and so their
-# last bits. On a GPU, where an eager step is launch-bound and far cheaper, a guess not yet
-# measured. Steps, not seconds: the decision does not depend on the machine's load.
+# Intel Xeon (2026-12-05); 4.9 million warm (1.5 s) and 27 million cold on the AMD EPYC with
+# oneDNN's products (2026-12-06), so a run of 2 million planned steps there loses about 0.9 s to
+# the compile. The bar stays, since moving it changes which runs compile, and so their last
+# bits. On a GPU, where an eager step is launch-bound and far cheaper, a guess not yet measured.
+# Steps, not seconds: the decision does not depend on the machine's load.
 AUTO_COMPILE_STEPS = {"cpu": 2_000_000, "cuda": 50_000_000}
 
 _flops_per_row: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()

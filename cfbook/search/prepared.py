@@ -1,14 +1,15 @@
 """Prepared search steps: the compiled iteration built once per machine and kept on disk.
 
 A compiled search takes 0.45-0.65x the eager one's time (benchmark 12, 2-core CPU), but building its
-step costs 2-4 s in every new process (tracing, and importing inductor) and 13-16 s the first time
-on a machine (benchmarks 9 and 12), far more than a lone search of a few hundred milliseconds, so
-``compile="auto"`` compiles only runs that plan millions of counterfactual-steps. A prepared step
-moves that cost out of the searches. ``NativeGenerator.prepare`` builds the step for a model's
-architecture and a constraint layout with AOTInductor (``torch.export`` of the traced iteration,
-compiled to a shared library in a ``.pt2`` package) and writes it under ``prepared_dir()``; a later
-process loads it in milliseconds, without importing inductor, and every search with that layout then
-takes the compiled path, whatever its size, as ``compile=True`` would, to the bit.
+step costs 1.5-4 s in every new process (tracing, and importing inductor) and 8-16 s the first
+time on a machine (benchmarks 9 and 12), far more than a lone search of a few hundred
+milliseconds, so ``compile="auto"`` compiles only runs that plan millions of counterfactual-steps.
+A prepared step moves that cost out of the searches. ``NativeGenerator.prepare`` builds the step
+for a model's architecture and a constraint layout with AOTInductor (``torch.export`` of the
+traced iteration, compiled to a shared library in a ``.pt2`` package) and writes it under
+``prepared_dir()``; a later process loads it in milliseconds, without importing inductor, and
+every search with that layout then takes the compiled path, whatever its size, as
+``compile=True`` would, to the bit.
 
 Only ``prepare`` writes a package: no search does, so what a search decides depends on the
 machine (what was prepared on it) and on its own plan, never on what ran before in the process.
