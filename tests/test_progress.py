@@ -16,8 +16,11 @@ from cfbook.progress import EpochProgress, format_duration
     [
         (0.04, "0.0 s"),
         (42.25, "42.2 s"),
+        (59.94, "59.9 s"),
+        (60, "1 min 00 s"),  # each unit ends where the next begins
         (65, "1 min 05 s"),
         (3599, "59 min 59 s"),
+        (3600, "1 h 00 min"),
         (3725, "1 h 02 min"),
     ],
 )
@@ -54,6 +57,28 @@ def test_a_resumed_run_says_where_it_continues(monkeypatch: pytest.MonkeyPatch) 
         "VanillaObjective: resuming from the checkpoint of epoch 15/20",
         "VanillaObjective: epoch 16/20, 5.0 s/epoch, 20.0 s left",
     ]
+
+
+def test_a_run_resumed_after_its_first_epoch_says_so_too() -> None:
+    out = io.StringIO()
+    EpochProgress("VanillaObjective", 20, start=2, stream=out)
+    EpochProgress("VanillaObjective", 20, start=1, stream=out)  # a fresh run: nothing to say
+    assert out.getvalue() == "VanillaObjective: resuming from the checkpoint of epoch 1/20\n"
+
+
+class _Buffered(io.StringIO):
+    """A stream that shows only what was flushed, as a pipe to papermill or a log file does."""
+
+    shown = ""
+
+    def flush(self) -> None:
+        self.shown = self.getvalue()
+
+
+def test_each_line_is_flushed_as_it_is_printed() -> None:
+    out = _Buffered()
+    EpochProgress("FullObjective", 2, stream=out).update(1)
+    assert out.shown.startswith("FullObjective: epoch 1/2, ")
 
 
 def test_disabled_progress_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
