@@ -9,7 +9,15 @@ import pytest
 import torch
 from torch import nn
 
-from cfbook.book.evaluation import EvaluationConfig, decode_images, evaluate, gallery
+import cfbook.book.evaluation as book_evaluation
+from cfbook.book.evaluation import (
+    EvaluationConfig,
+    decode_images,
+    encode_images,
+    evaluate,
+    gallery,
+    json_config,
+)
 from cfbook.data import load_mnist
 from cfbook.evaluation.metrics import accuracy
 from cfbook.evaluation.protocol import PaperProtocol
@@ -42,6 +50,10 @@ def test_gallery_shows_the_same_digits_and_targets_to_every_model(digits):
         for m in models
     )
     assert first["label"] == list(range(10))
+    # Each class's digit is the first of that class in the seeded order.
+    order = torch.randperm(len(data.y_val), generator=torch.Generator().manual_seed(config.seed))
+    labels = data.y_val[order].tolist()
+    assert first["index"] == [int(order[labels.index(c)]) for c in range(10)]
     for key in ("index", "label", "target", "factual"):
         assert first[key] == second[key]
     assert all(t != label for t, label in zip(first["target"], first["label"], strict=True))
@@ -81,3 +93,44 @@ def test_evaluate_attacks_every_model_and_shows_the_first_ones_gallery(digits):
         models[0], data.x_val, data.y_val, config=config, protocol=protocol, domain=(-1.0, 1.0)
     )
     assert result["gallery"] == alone
+
+
+def test_evaluate_attacks_every_row_within_the_domain_even_for_one_model(monkeypatch):
+    calls = []
+
+    def attack(model, x, y, *, epsilons, pgd_steps, domain):
+        calls.append((x.shape[0], pgd_steps, domain))
+        return {"clean": 0.5, "epsilons": list(epsilons), "fgsm": [0.4], "pgd": [0.3]}
+
+    monkeypatch.setattr(book_evaluation, "attack_accuracy", attack)
+    torch.manual_seed(0)
+    x, y = torch.rand(900, 4) * 2 - 1, torch.arange(900) % 3  # more rows than features
+    config = EvaluationConfig(epsilons=(0.03,), pgd_steps=2)
+    result = evaluate(
+        [nn.Linear(4, 3)], x, y, config=config, protocol=PaperProtocol(maxiter=5), domain=(-1, 1)
+    )
+    assert calls == [(900, 2, (-1, 1))]
+    assert result["robustness"]["summary"]["epsilons"] == [0.03]
+    assert result["robustness"]["summary"]["clean"] == mean_se([0.5])
+    assert (result["format"], result["version"]) == ("cfbook-evaluation", 2)
+    assert result["config"] == json_config(config) and result["config"]["epsilons"] == [0.03]
+    assert result["gallery"]["validity"] == "target probability >= 0.5"
+    assert result["gallery"]["lambda_energy"] == config.gallery_lambda_energy
+
+
+def test_gallery_images_clamp_to_the_domain_in_eight_bits():
+    x = torch.tensor([[-2.0, 2.0, -1.0, 1.0, 0.0]])
+    assert encode_images(x, -1.0, 1.0) == ["00ff00ff80"]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"pgd_steps": True}, {"pgd_steps": 0}, {"pgd_steps": 2.0}, {"epsilons": (0.1, -0.01)}],
+)
+def test_bad_evaluation_settings_are_refused(settings):
+    with pytest.raises(ValueError, match="pgd_steps must be a positive integer|non-negative"):
+        EvaluationConfig(**settings)
+
+
+def test_the_smallest_evaluation_settings_are_accepted():
+    assert EvaluationConfig(epsilons=(0.0, 0.01), pgd_steps=1).pgd_steps == 1

@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 
+from cfbook.book.evaluation import decode_levels
 from cfbook.book.figures.evaluation import (
     gallery_figure,
     gallery_search_text,
     gallery_text,
     robustness_figure,
 )
+from cfbook.book.figures.training import COLOURS
 from cfbook.book.report import compare_robustness, comparison_table
 from cfbook.evaluation.protocol import PaperProtocol
 from cfbook.evaluation.statistics import mean_se
@@ -165,3 +168,116 @@ def test_the_gallery_says_which_search_made_it(pair):
     text = gallery_search_text(old)
     assert "steps of 0.25" in text and "most likely class is its target" in text
     assert "These are not the paper's test-time settings" in text
+
+
+def _levels(pixels: dict[range, int], base: int = 50) -> str:
+    """A 784-pixel digit at ink level ``base`` but for the given ranges of pixels."""
+    row = [base] * 784
+    for where, level in pixels.items():
+        for i in where:
+            row[i] = level
+    return bytes(row).hex()
+
+
+def _three_digits(pair: tuple[dict, dict]) -> tuple[dict, dict]:
+    """Three digits at ink level 50; CT's counterfactuals change the first by +26 on ten pixels
+    (not more than the threshold of 26: unchanged), +27 on twenty and -40 on ten, leave the
+    second alone and add 100 to every pixel of the third; the baseline's leave all three."""
+    full, vanilla = pair
+    digit = _levels({})
+    moved = [
+        _levels({range(10): 76, range(10, 30): 77, range(30, 40): 10}),
+        digit,
+        _levels({range(784): 150}),
+    ]
+    for result, counterfactual in ((full, moved), (vanilla, [digit] * 3)):
+        result["gallery"].update(
+            index=[5, 9, 11],
+            label=[0, 1, 2],
+            target=[3, 7, 8],
+            valid=[True, False, True],
+            factual=[digit] * 3,
+            counterfactual=counterfactual,
+        )
+    return full, vanilla
+
+
+def test_gallery_text_measures_each_digits_change_by_hand(pair):
+    text = gallery_text(*_three_digits(pair))
+    # Changed pixels (more than 26 levels) per digit: 30, 0, 784; L1 in [-1, 1] units: each
+    # level is 2 / 255 of the domain.
+    l1 = [(10 * 26 + 20 * 27 + 10 * 40) * 2 / 255, 0.0, 784 * 100 * 2 / 255]
+    mean = sum(l1) / 3
+    assert text.startswith("In the gallery, the CT model's searches")
+    assert f"for an L1 change of {mean:.1f}; the baseline model's searches" in text
+    assert (
+        "the CT model's searches reached their target for 2 of 3 digits, changing 271 pixels "
+        f"per digit on average (median 30) for an L1 change of {mean:.1f}" in text
+    )
+    assert f"{mean:.1f}" == "208.1"
+    assert (
+        "the baseline model's searches reached their target for 2 of 3 digits, changing 0 "
+        "pixels per digit on average (median 0) for an L1 change of 0.0" in text
+    )
+
+
+def test_gallery_figure_draws_each_change_on_the_change_scale(pair):
+    full, vanilla = _three_digits(pair)
+    fig = gallery_figure(full, vanilla)
+    assert len(fig.data) == 3 * 5 and "xaxis15" in fig.layout and "xaxis16" not in fig.layout
+    row = fig.data[:5]  # the first digit: factual, baseline, CT, baseline change, CT change
+    assert [t.coloraxis for t in row] == ["coloraxis"] * 3 + ["coloraxis2"] * 2
+    assert all("change" in t.hovertemplate for t in row[3:])
+    assert all("ink" in t.hovertemplate for t in row[:3])
+    ct_change = row[4].z.flatten().tolist()
+    assert ct_change[:40] == [26] * 10 + [27] * 20 + [-40] * 10 and set(ct_change[40:]) == {0}
+    assert set(row[3].z.flatten().tolist()) == {0}  # the baseline changed nothing
+    # Images the right way up, square, without axes.
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis15.autorange == "reversed"
+    assert fig.layout.yaxis.scaleanchor == "x" and fig.layout.yaxis15.scaleanchor == "x15"
+    assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
+    assert fig.layout.title.text.endswith("searched in both models (energy weight 1)")
+
+
+def test_robustness_figure_draws_the_models_standard_errors(pair):
+    full, vanilla = pair
+    vanilla["robustness"]["summary"]["clean"] = {"mean": 0.9, "se": None}  # one model: no SE
+    fig = robustness_figure(full, vanilla)
+    assert [a.text for a in fig.layout.annotations] == ["FGSM", "PGD"]
+    assert [(t.name, t.showlegend) for t in fig.data] == [
+        ("CT", True),
+        ("CT", False),
+        ("baseline", True),
+        ("baseline", False),
+    ]
+    assert fig.layout.yaxis2.matches == "y"  # one accuracy scale for both attacks
+    assert [t.xaxis for t in fig.data] == ["x", "x2"] * 2 and "xaxis3" not in fig.layout
+    assert fig.layout.xaxis.title.text == "epsilon (L-inf, data in [-1, 1])"
+    assert fig.layout.yaxis.title.text == "accuracy" and fig.layout.yaxis2.title.text is None
+    # Each model in its own colour, with markers, one legend entry toggling both panels.
+    assert [(t.line.color, t.legendgroup, t.mode) for t in fig.data] == [
+        (COLOURS["full"], "full", "lines+markers"),
+        (COLOURS["full"], "full", "lines+markers"),
+        (COLOURS["vanilla"], "vanilla", "lines+markers"),
+        (COLOURS["vanilla"], "vanilla", "lines+markers"),
+    ]
+    assert fig.data[2].hovertemplate.startswith("baseline<br>eps %{x}: accuracy %{y:.3f}")
+    summary = full["robustness"]["summary"]
+    fgsm_ct = fig.data[0].error_y
+    assert fgsm_ct.visible and list(fgsm_ct.array) == [
+        summary["clean"]["se"],
+        summary["fgsm"][0]["se"],
+    ]
+    assert list(fig.data[2].error_y.array)[0] == 0.0
+
+
+def test_a_gallery_judged_by_the_argmax_is_flagged_at_the_papers_step(pair):
+    old = {**pair[0]["gallery"], "validity": "argmax"}
+    assert old["search"]["step_size"] == PaperProtocol().step_size
+    assert "These are not the paper's test-time settings" in gallery_search_text(old)
+
+
+def test_gallery_pixels_stay_sixteen_bit_integers():
+    """So that the figure's JSON holds them as a compact typed array, not a list of numbers."""
+    assert decode_levels([INK[:8]]).dtype == torch.int16
+    assert decode_levels([INK[:8]]).tolist() == [[255, 255, 255, 255]]
