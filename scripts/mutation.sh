@@ -4,10 +4,10 @@
 # synthetic, tabular and MNIST data sets, the device loader, the merge of the paper's tables, the
 # paper's settings, the models, the training loop, its log and a run's identity, atomic writes,
 # progress lines, the checks of user input, the chapters' verdict text, the evaluation chapter's
-# gallery and attacks, and the comparison, microscope, ridge, 2-D, seed-page and evaluation texts
-# and figures ([tool.mutmut] in pyproject.toml) and runs the unit tests that cover each mutant;
-# then the wrong edits that once passed every test (scripts/named_mutants.py) are applied one at a
-# time.
+# gallery and attacks, the settings table, and the training, comparison, microscope, ridge, 2-D,
+# seed-page and evaluation texts and figures ([tool.mutmut] in pyproject.toml) and runs the unit
+# tests that cover each mutant; then the wrong edits that once passed every test
+# (scripts/named_mutants.py) are applied one at a time.
 # Prints the kill rate per module; tests/MUTATION.md records them.
 #
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)

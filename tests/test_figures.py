@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from statistics import fmean
 
 import pytest
@@ -72,13 +74,17 @@ def test_seeds_summary_reads_the_epochs_after_burn_in(logs):
 
 
 def test_show_emits_html_without_plotlyjs_and_stable_id(logs, monkeypatch):
-    shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj, raw: shown.append(obj))
+    shown, raws = [], []
+    monkeypatch.setattr(
+        "IPython.display.display", lambda obj, raw: (shown.append(obj), raws.append(raw))
+    )
     fig = seeds_figure([logs[0]], [logs[1]])
     show(fig)
     show(fig)
     html = shown[0]["text/html"]
-    assert "Plotly.newPlot" in html
+    assert raws == [True, True]  # a MIME bundle, not an object to show by its repr
+    assert "Plotly.newPlot" in html and "<html" not in html  # a fragment for the page
+    assert re.search(r'id="cfbook-[0-9a-f]{12}"', html)
     assert len(html) < 100_000, "plotly.js must not be inlined"
     assert shown[0]["text/html"] == shown[1]["text/html"]
     assert shown[0]["application/vnd.plotly.v1+json"]["data"][1]["name"] == "CT (full objective)"
@@ -109,6 +115,35 @@ def test_sample_digits_figure():
 def test_sample_digits_figure_rejects_bad_input(x, y, n, message):
     with pytest.raises(ValueError, match=message):
         sample_digits_figure(x, y, n=n)
+
+
+def test_sample_digits_figure_says_which_shape_y_needs():
+    with pytest.raises(ValueError, match=r"y must have shape \(4,\), got \(3,\)$"):
+        sample_digits_figure(torch.zeros(4, 784), torch.zeros(3, dtype=torch.long), n=2)
+
+
+def test_sample_digits_figure_draws_one_digit_or_all_of_them():
+    x, y = torch.zeros(3, 784), torch.arange(3)
+    assert len(sample_digits_figure(x, y, n=1).data) == 1
+    assert len(sample_digits_figure(x, y, n=3).data) == 3
+    assert len(sample_digits_figure(torch.zeros(20, 784), torch.arange(20)).data) == 16  # two rows
+
+
+def test_sample_digits_figure_lays_out_eight_to_a_row_in_clamped_ink():
+    x = torch.zeros(9, 784)
+    x[0, :2] = torch.tensor([-2.0, 2.0])  # outside the domain: drawn at its edges
+    fig = sample_digits_figure(x, torch.arange(9), n=9)
+    assert fig.data[0].z[0][:2].tolist() == [0, 255] and fig.data[0].z[0][2] == 128
+    # Nine digits: eight in the first row, the ninth below the first.
+    assert fig.data[8].xaxis == "x9" and fig.layout.xaxis9.domain == fig.layout.xaxis.domain
+    assert fig.layout.yaxis9.domain != fig.layout.yaxis.domain and fig.layout.height == 300
+    assert {t.coloraxis for t in fig.data} == {"coloraxis"}
+    scale = fig.layout.coloraxis
+    assert [list(c) for c in scale.colorscale] == [[0, "white"], [1, "black"]]
+    assert (scale.cmin, scale.cmax, scale.showscale) == (0, 255, False)
+    assert fig.data[0].hovertemplate == "row %{y}, col %{x}: ink %{z} of 255<extra></extra>"
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis9.autorange == "reversed"
+    assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
 
 
 def test_profile_table_lists_every_setting():
@@ -145,6 +180,28 @@ def test_profile_table_lists_every_setting():
     assert "20 rounds x 4 factuals per energy weight" in rows["paired"]
     assert rows["mature"].split(" | ")[1:3] == ["raw", "neighbour"]  # tutorial, cpu
     with pytest.raises(ValueError, match="profiles is empty"):
+        profile_table([])
+
+
+def test_profile_table_of_one_profile_reads_each_setting_as_written():
+    profile = replace(
+        PROFILES["tutorial"],
+        n=None,
+        nepochs=4,
+        burnin=0.25,
+        step_size=1.0,
+        evaluation=replace(PROFILES["tutorial"].evaluation, attack_samples=None),
+    )
+    table = profile_table([profile]).splitlines()
+    assert table[:2] == ["| setting | `tutorial` |", "|---|---:|"]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table[2:]}
+    assert rows["n"] == "| n | all |"
+    assert rows["burnin"] == "| burnin | 0.25 (1 epoch) |"
+    assert rows["step_size"] == "| step_size | 1 |"
+    assert " on all held-out digits" in rows["evaluation"]
+    assert profile_table([replace(profile, burnin=0.5)]).count("0.5 (2 epochs)") == 1
+    message = r"^profiles is empty: pass at least one cfbook\.book\.profiles\.Profile$"
+    with pytest.raises(ValueError, match=message):
         profile_table([])
 
 
