@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Mutation testing: mutmut mutates cfbook/search/, cfbook/evaluation/, the objectives, the
-# training loss terms, an epoch's counterfactuals, checkpoints, the paper's agreement rule, the
-# synthetic, tabular and MNIST data sets, the device loader, the merge of the paper's tables, the
-# paper's settings, the models, the training loop, its log and a run's identity, atomic writes,
-# progress lines, the checks of user input, the chapters' verdict text, the evaluation chapter's
-# gallery and attacks, the settings table, and the training, comparison, microscope, ridge, 2-D,
-# seed-page and evaluation texts and figures ([tool.mutmut] in pyproject.toml) and runs the unit
-# tests that cover each mutant; then the wrong edits that once passed every test
-# (scripts/named_mutants.py) are applied one at a time.
+# Mutation testing: mutmut mutates cfbook/search/, cfbook/evaluation/, the objectives, the training
+# loss terms, an epoch's counterfactuals, checkpoints, the paper's agreement rule, the synthetic,
+# tabular and MNIST data sets, the device loader, the merge of the paper's tables, the paper's
+# settings, the models, the training loop, its log and a run's identity, atomic writes, progress
+# lines, the device choice and warnings, the checks of user input, the chapters' verdict text, the
+# evaluation chapter's gallery and attacks, the settings table, and the training, comparison,
+# microscope, ridge, 2-D, seed-page and evaluation texts and figures ([tool.mutmut] in
+# pyproject.toml) and runs the unit tests that cover each mutant; then the wrong edits that once
+# passed every test (scripts/named_mutants.py) are applied one at a time.
 # Prints the kill rate per module; tests/MUTATION.md records them.
 #
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)

@@ -149,3 +149,83 @@ def test_real_gpu_report() -> None:
     free_cached_memory(device)
     assert memory_report(device).reserved < report.reserved
     assert "(CUDA" in describe_device(device) or "(ROCm" in describe_device(device)
+
+
+def test_a_gpu_index_one_past_the_last_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_gpus(monkeypatch, cuda=True)  # one GPU: cuda:0
+    with pytest.raises(RuntimeError, match=r"prefer='cuda:1' asks for cuda:1, but only 1 GPU"):
+        detect_device("cuda:1", verbose=False)
+
+
+def test_the_line_says_how_the_device_was_chosen(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_gpus(monkeypatch, cuda=True, mps=True)
+    detect_device("cpu")
+    detect_device()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    detect_device()
+    monkeypatch.setenv("CFBOOK_DEVICE", "cpu")
+    detect_device()
+    lines = capsys.readouterr().out.splitlines()
+    hows = [line.split(")")[0].split("(")[1] for line in lines]
+    assert hows == ["requested", "detected", "detected", "from CFBOOK_DEVICE"]
+
+
+def test_an_unavailable_device_from_the_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fake_gpus(monkeypatch, cuda=False)
+    monkeypatch.setenv("CFBOOK_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match=r"^CFBOOK_DEVICE='cuda' asks for CUDA"):
+        detect_device(verbose=False)
+
+
+def test_the_cpu_model_is_read_from_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_bytes(b"processor\t: 0\nmodel name\t: Fake CPU @ 2.0GHz: rev 3 \xff\nflags\t: x\n")
+    real = device_module.Path
+    monkeypatch.setattr(device_module, "Path", lambda p: info if p == "/proc/cpuinfo" else real(p))
+    assert device_module._cpu_model() == "Fake CPU @ 2.0GHz: rev 3 \ufffd"
+
+
+def test_cores_are_those_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(device_module.os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    monkeypatch.setattr(device_module.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(device_module.os, "cpu_count", lambda: 64)
+    assert device_module.cpu_cores() == 1
+
+
+def test_memory_report_detects_its_device_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CFBOOK_DEVICE", "cpu")
+    memory_report()
+    assert capsys.readouterr().out == ""
+
+
+def test_gpu_queries_name_the_gpu_asked_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[object] = []
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
+        monkeypatch.setattr(torch.cuda, name, lambda device=None: asked.append(device) or 0)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: asked.append(d))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: asked.append(d))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: asked.append(d) or "GPU")
+    second = torch.device("cuda", 1)
+    memory_report(second)
+    reset_peak_memory(second)
+    device_module.synchronize(second)
+    describe_device(second)
+    assert asked == [second] * 6
+
+
+def test_mps_memory_and_sync_go_to_the_metal_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: calls.append("a") or 1)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: calls.append("r") or 2)
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("sync"))
+    report = memory_report("mps")
+    device_module.synchronize("mps")
+    device_module.synchronize("cpu")  # nothing to wait for
+    assert (report.allocated, report.reserved) == (1, 2) and calls == ["a", "r", "sync"]
