@@ -1,4 +1,5 @@
-"""cfbook.errors: a library warning names the caller's line, whatever path led to it."""
+"""cfbook.errors: which modules count as the library when ``warn`` looks for the caller's line,
+and a frame with no module name."""
 
 from __future__ import annotations
 

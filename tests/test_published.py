@@ -27,11 +27,14 @@ ROWS = {
 }
 
 
-def _main_table() -> dict[str, list[str]]:
+def _paper() -> str:
     if not PAPER.is_file():
         pytest.skip(f"{PAPER} is not here (the reference folder beside the repository)")
-    text = PAPER.read_text(encoding="utf-8")
-    table = text.split("## Main table", 1)[1].split("\n\n", 1)[0]
+    return PAPER.read_text(encoding="utf-8")
+
+
+def _main_table() -> dict[str, list[str]]:
+    table = _paper().split("## Main table", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in table.splitlines()[3:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -60,9 +63,7 @@ def test_every_validity_is_transcribed() -> None:
 
 
 def test_every_unconstrained_cost_is_transcribed() -> None:
-    if not PAPER.is_file():
-        pytest.skip(f"{PAPER} is not here")
-    text = PAPER.read_text(encoding="utf-8").split("Cost reduction **without** constraints", 1)[1]
+    text = _paper().split("Cost reduction **without** constraints", 1)[1]
     sentence = " ".join(text.split("The MNIST cost")[0].split())
     found = dict(
         re.findall(r"(LS|Circ|Moon|OL|Adult|CH|Cred|GMSC|MNIST) (-?\d+(?:\.\d+)?)", sentence)

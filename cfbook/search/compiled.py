@@ -9,17 +9,16 @@ tenth of a small model's pass; ``compile_search`` checks once per search what gu
 every call (the model's modules and tensors, the constraint layout, the thread count).
 
 It pays where the bookkeeping outweighs the model (small models, large batches) and when the
-compile, a few seconds per model architecture and process (8-16 s the first time on a
-machine, before the inductor cache is warm; 4.4 of an AMD EPYC's 7.9 s and 9-11 of an Intel
-Xeon's 13-16 s went to inductor's probes of the processor's vector instruction sets; benchmark
-9), is spread over many
-searches, as in a long training run that searches every epoch. So ``compile="auto"`` decides
-once, from the work planned: a training run from its counterfactual-steps (search epochs x
-``nce`` x ``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles
-if they reach ``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the
-process, so a run repeats its results whether it is resumed, run alone or after other searches.
-Where a step was prepared on the machine for the search's layout (``cfbook.search.prepared``),
-there is no compile to repay and "auto" takes it whatever the plan.
+compile, a few seconds per model architecture and process (8-16 s the first time on a machine,
+before the inductor cache is warm; 4.4 of an AMD EPYC's 7.9 s and 9-11 of an Intel Xeon's 13-16 s
+went to inductor's probes of the processor's vector instruction sets; benchmark 9), is spread over
+many searches, as in a long training run that searches every epoch. So ``compile="auto"`` decides
+once, from the work planned: a training run from its counterfactual-steps (search epochs x ``nce``
+x ``maxiter``), a lone ``generate()`` call from its own (rows x ``maxiter``), and compiles if they
+reach ``AUTO_COMPILE_STEPS``. The decision depends on nothing that ran before in the process, so a
+run repeats its results whether it is resumed, run alone or after other searches. Where a step was
+prepared on the machine for the search's layout (``cfbook.search.prepared``), there is no compile
+to repay and "auto" takes it whatever the plan.
 
 Shapes stay stable: the row count is a symbol of the graph, so compaction and chunks of any size
 reuse it, and a working set never shrinks below two rows (the graph assumes at least two).
