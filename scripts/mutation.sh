@@ -4,10 +4,12 @@
 # tabular and MNIST data sets, the device loader, the merge of the paper's tables, the paper's
 # settings, the models, the training loop, its log and a run's identity, atomic writes, progress
 # lines, the device choice and warnings, the checks of user input, the chapters' verdict text, the
-# evaluation chapter's gallery and attacks, the settings table, and the training, comparison,
-# microscope, ridge, 2-D, seed-page and evaluation texts and figures ([tool.mutmut] in
-# pyproject.toml) and runs the unit tests that cover each mutant; then the wrong edits that once
-# passed every test (scripts/named_mutants.py) are applied one at a time.
+# evaluation chapter's gallery and attacks, the settings table, the training, comparison,
+# microscope, ridge, 2-D, seed-page and evaluation texts and figures, mixed precision, the data
+# folder's paths, the epoch profiler, the chapter list and a chapter's set-up, the recorded
+# benchmarks and their figures, and the grid's locks ([tool.mutmut] in pyproject.toml) and runs
+# the unit tests that cover each mutant; then the wrong edits that once passed every test
+# (scripts/named_mutants.py) are applied one at a time.
 # Prints the kill rate per module; tests/MUTATION.md records them.
 #
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)
@@ -31,8 +33,11 @@ if [ -d mutants ] && [ "$(cat mutants/.source-stamp 2>/dev/null)" != "$stamp" ];
     rm -rf mutants
 fi
 mkdir -p mutants && echo "$stamp" > mutants/.source-stamp
-# Tests that read the shipped data or run the project's scripts find them beside the mutants.
-for shared in data scripts benchmarks; do ln -sfn "../$shared" "mutants/$shared"; done
+# Tests that read the shipped data, run the project's scripts or check the book's files find them
+# beside the mutants.
+for shared in data scripts benchmarks book reference _quarto.yml index.ipynb environment.yml; do
+    ln -sfn "../$shared" "mutants/$shared"
+done
 .venv/bin/mutmut run --max-children "$workers" "$@"
 .venv/bin/python scripts/mutation_report.py
 .venv/bin/python scripts/named_mutants.py

@@ -192,6 +192,20 @@ EDITS = (
         'if test(rows[objective]["per_seed"][measure][:1])',
         ("tests/test_verdicts.py",),
     ),
+    Edit(
+        "a grid lock's holder sent SIGHUP, which ends it, to ask whether it lives (pass 25)",
+        "cfbook/paper/files.py",
+        "os.kill(pid, 0)",
+        "os.kill(pid, 1)",
+        ("tests/test_paper_grid.py::test_a_cell_run_by_another_live_process_is_refused",),
+    ),
+    Edit(
+        "amp='bf16' computing in float16 (pass 25)",
+        "cfbook/amp.py",
+        'dtype = torch.bfloat16 if amp == "bf16" else torch.float16',
+        "dtype = torch.float16",
+        ("tests/test_amp.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

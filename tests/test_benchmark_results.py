@@ -168,3 +168,63 @@ def test_the_command_line_records_a_block_in_the_json_and_the_markdown(
     assert stored_benchmark("fake", results=path) in (tmp_path / "RESULTS.md").read_text()
     with pytest.raises(SystemExit, match="a .json file"):
         cli.main(["--only", "fake", "--output", str(tmp_path / "RESULTS.md")])
+
+
+def _write_results(path, blocks):
+    path.write_text(json.dumps({"format": 1, "blocks": blocks}), encoding="utf-8")
+
+
+def _block(title, tables):
+    provenance = {
+        "when": "2026-12-06 10:59 UTC",
+        "machine": "CPU: test",
+        "quick": False,
+        "seconds": 2,
+    }
+    return {"title": title, "provenance": provenance, "tables": tables}
+
+
+def _table(title, rows=(("a", 1),), notes=()):
+    cells = [[{"text": str(v), "value": v} for v in row] for row in rows]
+    return {"title": title, "columns": ["case", "n"], "rows": cells, "notes": list(notes)}
+
+
+def test_a_summary_shows_every_targets_table_and_folds_the_whole_block(tmp_path):
+    path = tmp_path / "results.json"
+    tables = [_table("Times"), _table("Targets", [("t1", 1)]), _table("Targets, GPU", [("t2", 2)])]
+    _write_results(path, {"cuda/demo": _block("3. Demo", tables)})
+    summary = benchmark_summary("demo", "cuda", results=path)
+    targets, details = summary.split("\n\n<details>")
+    assert targets == (
+        "**Targets**\n\n| case | n |\n| --- | --- |\n| t1 | 1 |\n\n"
+        "**Targets, GPU**\n\n| case | n |\n| --- | --- |\n| t2 | 2 |"
+    )
+    assert details.startswith("<summary>All of benchmark demo</summary>\n\n**3. Demo**\n\n_2026")
+    assert "**Times**\n\n| case | n |\n| --- | --- |\n| a | 1 |" in details
+    assert details.endswith("| t2 | 2 |\n\n</details>")
+    assert stored_benchmark("demo", "cuda", results=path).startswith("### 3. Demo\n\n_2026-12-06")
+    assert stored_benchmark("demo", results=path) is None  # recorded for cuda only
+    # A block without targets is folded away whole, with nothing above it.
+    _write_results(path, {"cpu/demo": _block("3. Demo", [_table("Times")])})
+    assert benchmark_summary("demo", results=path).startswith(
+        "\n\n<details><summary>All of benchmark demo</summary>\n\n**3. Demo**"
+    )
+    assert benchmark_summary("demo", "cuda", results=path) is None
+
+
+def test_a_table_whose_rows_do_not_match_its_columns_is_refused(tmp_path):
+    path = tmp_path / "results.json"
+    _write_results(path, {"cpu/demo": _block("Demo", [_table("Times", rows=[("a", 1, "extra")])])})
+    with pytest.raises(ValueError, match="zip"):
+        benchmark_table("demo", results=path)
+
+
+@pytest.mark.parametrize(
+    "content", [[1, 2], {"format": 2, "blocks": {}}, {"blocks": {}}], ids=["list", "v2", "none"]
+)
+def test_a_file_of_another_kind_is_refused_by_name(tmp_path, content):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(content), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{path}: not a benchmark results file of format 1"):
+        load_results(path)
+    assert load_results(tmp_path / "missing.json") == {}

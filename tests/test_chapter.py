@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ def test_defaults_come_from_the_environment_and_print_one_line(
 ) -> None:
     monkeypatch.setenv("CFBOOK_PROFILE", "smoke")
     chapter = setup()
-    assert chapter == Chapter("plot", get_profile("smoke"), torch.device("cpu"), find_data_dir())
+    data_dir = find_data_dir().resolve()
+    assert chapter == Chapter("plot", get_profile("smoke"), torch.device("cpu"), data_dir)
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("CT_MODE=plot, profile=smoke, device cpu (CPU: ")
     assert line.endswith(" cores)")
@@ -60,3 +62,33 @@ def test_a_chapter_is_frozen() -> None:
     chapter = setup("plot", "smoke")
     with pytest.raises(dataclasses.FrozenInstanceError):
         chapter.mode = "full"  # type: ignore[misc]
+
+
+def test_the_default_profile_follows_the_chapters_own_device(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The profile is chosen for the device the chapter runs on, not detected a second time.
+    import cfbook.book.chapter as chapter_module
+
+    monkeypatch.setattr(chapter_module, "detect_device", lambda verbose: torch.device("mps"))
+    monkeypatch.setattr(chapter_module, "describe_device", lambda device: "a test GPU")
+    chapter = setup("plot")
+    assert (chapter.device, chapter.profile.name) == (torch.device("mps"), "tutorial")
+    assert capsys.readouterr().out == ("CT_MODE=plot, profile=tutorial, device mps (a test GPU)\n")
+
+
+def test_off_cuda_the_no_cuda_runtime_line_of_inductor_is_silenced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import cfbook.book.chapter as chapter_module
+
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    monkeypatch.setattr(logger, "level", logging.NOTSET)  # restored after the test
+    setup("plot", "smoke")
+    assert logger.level == logging.ERROR
+    # On a CUDA device the line cannot appear, and the logger is left alone.
+    logger.setLevel(logging.NOTSET)
+    monkeypatch.setattr(chapter_module, "detect_device", lambda verbose: torch.device("cuda"))
+    monkeypatch.setattr(chapter_module, "describe_device", lambda device: "a test GPU")
+    setup("plot", "smoke")
+    assert logger.level == logging.NOTSET

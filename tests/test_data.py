@@ -361,6 +361,20 @@ def test_find_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_data_dir() == Path(paths_module.__file__).resolve().parents[2] / "data"
 
 
+def test_display_path_is_relative_to_the_folder_above_the_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "project" / "data"
+    log = data / "cpu" / "full.json"
+    assert paths_module.display_path(log, data) == "data/cpu/full.json"
+    # Without a data folder given, the one find_data_dir finds.
+    monkeypatch.setenv("CFBOOK_DATA_DIR", str(data))
+    assert paths_module.display_path(log) == "data/cpu/full.json"
+    # A path elsewhere is shown whole, resolved.
+    elsewhere = tmp_path / "other" / ".." / "x.json"
+    assert paths_module.display_path(elsewhere) == str((tmp_path / "x.json").resolve())
+
+
 # --- DeviceLoader ---------------------------------------------------------------------------
 
 

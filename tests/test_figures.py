@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 from statistics import fmean
 
+import plotly.io as pio
 import pytest
 import torch
 
@@ -337,6 +339,7 @@ def test_the_microscope_text_reads_to_the_character():
 def test_the_benchmark_pictures_draw_the_recorded_tables():
     from cfbook.book.benchmarks import benchmark_table
     from cfbook.book.figures.benchmarks import search_memory_figure, throughput_figure
+    from cfbook.book.figures.training import COLOURS, TEMPLATE
 
     rows = benchmark_table("throughput")  # benchmark 1, recorded in benchmarks/results.json
     fig = throughput_figure()
@@ -350,13 +353,85 @@ def test_the_benchmark_pictures_draw_the_recorded_tables():
         f"{r['Native / Reference']} faster" for r in shown
     ]
     assert all(n > r for n, r in zip(native.y, reference.y, strict=True))
+    assert [(t.name, t.marker.color) for t in fig.data] == [
+        ("NativeGenerator (batched)", COLOURS["full"]),
+        ("ReferenceGenerator (one sample at a time)", COLOURS["vanilla"]),
+    ]
+    # Each label above its own pair of bars, over the plot area, without an arrow.
+    assert [a.x for a in fig.layout.annotations] == list(native.x)
+    assert all(
+        a.yref == "paper" and a.y > 1 and a.showarrow is False for a in fig.layout.annotations
+    )
+    layout = fig.layout
+    assert (layout.barmode, layout.yaxis.type) == ("group", "log")
+    assert layout.yaxis.title.text == "counterfactuals per second"
+    assert layout.xaxis.title.text == "model and counterfactuals per search (nce)"
+    assert layout.template == pio.templates[TEMPLATE]
+
     memory = search_memory_figure()
-    chunk = memory.data[0]  # peak against cf_batchsize, in MiB
-    peaks = [r for r in benchmark_table("memory") if r["sweep"] == "chunk grows"]
-    assert list(chunk.x) == [r["cf_batchsize"] for r in peaks] == sorted(chunk.x)
-    assert list(chunk.y) == pytest.approx([r["search peak"] / 2**20 for r in peaks])
+    recorded = benchmark_table("memory")
+    # Two panels side by side on one memory axis: peaks against cf_batchsize, then against nce,
+    # each beside the size of the stored results; each name once in the legend.
+    assert [(t.name, t.xaxis, t.showlegend) for t in memory.data] == [
+        ("peak of the search", "x", True),
+        ("stored results", "x", True),
+        ("peak of the search", "x2", False),
+        ("stored results", "x2", False),
+    ]
+    assert memory.data[0].line.color == COLOURS["full"] != memory.data[1].line.color
+    assert all(t.yaxis == "y" for t in memory.data[:2]) and memory.layout.yaxis2.matches == "y"
+    for trace, sweep, key in [(0, "chunk grows", "cf_batchsize"), (2, "nce grows", "nce")]:
+        peaks = [r for r in recorded if r["sweep"] == sweep]
+        drawn = memory.data[trace]
+        assert list(drawn.x) == [r[key] for r in peaks] == sorted(drawn.x)
+        assert list(drawn.y) == pytest.approx([r["search peak"] / 2**20 for r in peaks])
+        results = next(k for k in peaks[0] if k.startswith("results"))
+        stored = memory.data[trace + 1]
+        assert list(stored.y) == pytest.approx([r[results] / 2**20 for r in peaks])
+    chunk = memory.data[0]
     assert chunk.y[-1] > 4 * chunk.y[0]
+    for axis, key in [(memory.layout.xaxis, "cf_batchsize"), (memory.layout.xaxis2, "nce")]:
+        # Log axes ticked at powers of two.
+        assert (axis.type, axis.title.text, axis.dtick) == (
+            "log",
+            key,
+            pytest.approx(math.log10(2)),
+        )
+    assert all(t.mode == "lines+markers" and t.legendgroup == t.name for t in memory.data)
+    axes = [key for key in memory.layout.to_plotly_json() if key.startswith(("xaxis", "yaxis"))]
+    assert sorted(axes) == ["xaxis", "xaxis2", "yaxis", "yaxis2"]  # one row of two panels
+    assert memory.layout.yaxis.title.text == "MiB (peak RSS above the start)"
+    assert memory.layout.yaxis2.title.text is None  # the shared axis is named once
+    assert [a.text for a in memory.layout.annotations] == [
+        "cf_batchsize grows (nce 512)",
+        "nce grows (cf_batchsize 128)",
+    ]
+    assert memory.layout.template == pio.templates[TEMPLATE]
     assert throughput_figure("no-such-kind") is None and search_memory_figure("none") is None
+
+
+def test_the_throughput_picture_of_another_device_kind_reads_that_kinds_block(
+    tmp_path, monkeypatch
+):
+    import cfbook.book.benchmarks as benchmarks
+    from cfbook.book.figures.benchmarks import throughput_figure
+
+    columns = ["model", "nce", "Native cf/s", "Reference cf/s", "Native / Reference"]
+    row = [("mlp", "mlp"), ("128", 128), ("900.0", 900.0), ("10.0", 10.0), ("90x", 90.0)]
+    table = {
+        "title": "cf/s",
+        "columns": columns,
+        "rows": [[{"text": t, "value": v} for t, v in row]],
+    }
+    provenance = {"when": "now", "machine": "GPU: test", "quick": False, "seconds": 1}
+    block = {"title": "1. Throughput", "provenance": provenance, "tables": [table]}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"format": 1, "blocks": {"cuda/throughput": block}}))
+    monkeypatch.setattr(benchmarks, "RESULTS_JSON", results)
+    fig = throughput_figure("cuda")
+    assert [list(t.y) for t in fig.data] == [[900.0], [10.0]]
+    assert [a.text for a in fig.layout.annotations] == ["90x faster"]
+    assert throughput_figure() is None  # nothing recorded for the CPU in this file
 
 
 def test_a_search_that_never_moved_is_described_as_such():

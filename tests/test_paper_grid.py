@@ -468,6 +468,9 @@ def test_a_cell_run_by_another_live_process_is_refused(smoke, tmp_path):
         with pytest.raises(Busy, match=f"cell {cell.index} .* is being run by process {other.pid}"):
             run_cell(cell, Scale.smoke(), out, device=torch.device("cpu"), force=True)
         assert lock.exists()  # not this process's to remove
+        # Asking whether the holder lives sends it no signal (signal 0): it is still running.
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=0.5)
     finally:
         other.kill()
         other.wait()

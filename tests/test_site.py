@@ -1,4 +1,4 @@
-"""The chapter list, the nbconvert fallback site, and that site in a real browser."""
+"""The nbconvert fallback site, and that site in a real browser (the chapter list: test_toc.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sitecheck import dead_links, drawn_figures, notebook_figures, open_page, pa
 
 from cfbook.book.site.build import PLOTLY_JS, build_site
 from cfbook.book.site.nbconvert import chapter_title
-from cfbook.book.toc import CONFIG_FILE, HOME_PAGE, read_book
+from cfbook.book.toc import CONFIG_FILE, read_book
 
 if TYPE_CHECKING:  # the browser extra; only the browser tests need it
     from playwright.sync_api import Browser
@@ -79,47 +79,7 @@ def _links(page: str) -> list[tuple[dict[str, str | None], str]]:
     return [(attrs, text.strip()) for attrs, text in parser.links if attrs.get("href")]
 
 
-# --- the chapter list ----------------------------------------------------------------------------
-
-
-def test_the_home_page_is_at_the_project_root_and_chapters_in_book() -> None:
-    book = read_book(REPO)
-    assert book.chapters[0] == HOME_PAGE == Path("index.ipynb")
-    assert all(c.parent == Path("book") for c in book.chapters[1:])
-    assert book.chapter("training.ipynb") == Path("book/training.ipynb")
-    with pytest.raises(ValueError, match="lists no nothing.ipynb"):
-        book.chapter("nothing.ipynb")
-
-
-@pytest.mark.parametrize(
-    ("chapters", "message"),
-    [
-        ([], "lists no chapters"),
-        (["book/index.ipynb", "book/a.ipynb"], "home page index.ipynb at the project root"),
-        (["index.qmd"], "home page index.ipynb"),
-        (["index.ipynb", "../outside.ipynb"], "inside the project"),
-        (["index.ipynb", "book/a.qmd"], "must be notebooks"),
-        (["index.ipynb", "book/a.ipynb", "book/a.ipynb"], "listed twice"),
-    ],
-)
-def test_read_book_rejects_a_bad_chapter_list(
-    tmp_path: Path, chapters: list[str], message: str
-) -> None:
-    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"book": {"chapters": chapters}}))
-    with pytest.raises(ValueError, match=message):
-        read_book(tmp_path)
-
-
-def test_read_book_needs_the_config_and_flattens_parts(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=CONFIG_FILE):
-        read_book(tmp_path)
-    chapters = ["index.ipynb", {"part": "Two", "chapters": ["book/b.ipynb", "more/c.ipynb"]}]
-    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump({"book": {"chapters": chapters}}))
-    assert [c.as_posix() for c in read_book(tmp_path).chapters] == [
-        "index.ipynb",
-        "book/b.ipynb",
-        "more/c.ipynb",
-    ]
+# --- chapter titles ------------------------------------------------------------------------------
 
 
 def test_chapter_title_is_the_first_level_one_heading() -> None:
