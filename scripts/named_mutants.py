@@ -206,6 +206,13 @@ EDITS = (
         "dtype = torch.float16",
         ("tests/test_amp.py",),
     ),
+    Edit(
+        "the scaling table's mean epoch after burn-in counting the last burn-in epoch (pass 26)",
+        "cfbook/book/scaling.py",
+        'r.epoch > log.meta["burnin_epochs"]',
+        'r.epoch >= log.meta["burnin_epochs"]',
+        ("tests/test_scaling_text.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

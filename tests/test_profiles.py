@@ -125,6 +125,7 @@ def test_unknown_mode_lists_the_valid_ones(bad: str) -> None:
         ("runs", 0, "runs"),
         ("generator", "ecco", "generator must be one of native, paper"),
         ("tau", 1.5, "tau"),
+        ("step_size", -0.1, "step_size"),
         ("lambdas", (1.0, -0.5, 0.1, 0.25), "lambda_div"),
     ],
 )
@@ -139,6 +140,12 @@ def test_profile_rejects_bad_values(field: str, value: object, message: str) -> 
 def test_profile_rejects_wrongly_typed_values(field: str, value: object) -> None:
     with pytest.raises(TypeError, match=f"{field} must be a"):
         dataclasses.replace(get_profile("smoke"), **{field: value})
+
+
+def test_a_profile_may_train_without_burn_in() -> None:
+    assert dataclasses.replace(get_profile("smoke"), burnin=0.0).burnin == 0.0
+    with pytest.raises(ValueError, match=r"burnin must be in \[0, 1\), got -0.1"):
+        dataclasses.replace(get_profile("smoke"), burnin=-0.1)
 
 
 def test_profiles_are_frozen() -> None:
@@ -196,9 +203,12 @@ def test_bad_environment_values_are_errors_naming_the_valid_ones(
         resolve_parameters(None, None, "cpu")
 
 
-def test_resolve_detects_the_device_only_when_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resolve_detects_the_device_only_when_needed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("CFBOOK_DEVICE", "cpu")
     assert resolve_parameters("plot", None) == ("plot", get_profile("cpu"))
+    assert capsys.readouterr().out == ""  # quietly: the chapter prints its own line
     monkeypatch.setenv("CFBOOK_DEVICE", "no-such-device")  # would fail if it were consulted
     assert resolve_parameters("plot", "smoke") == ("plot", get_profile("smoke"))
 
