@@ -170,53 +170,48 @@ def test_the_command_line_records_a_block_in_the_json_and_the_markdown(
         cli.main(["--only", "fake", "--output", str(tmp_path / "RESULTS.md")])
 
 
-def _write_results(path, blocks):
-    path.write_text(json.dumps({"format": 1, "blocks": blocks}), encoding="utf-8")
-
-
-def _block(title, tables):
-    provenance = {
-        "when": "2026-12-06 10:59 UTC",
-        "machine": "CPU: test",
-        "quick": False,
-        "seconds": 2,
-    }
-    return {"title": title, "provenance": provenance, "tables": tables}
-
-
-def _table(title, rows=(("a", 1),), notes=()):
-    cells = [[{"text": str(v), "value": v} for v in row] for row in rows]
-    return {"title": title, "columns": ["case", "n"], "rows": cells, "notes": list(notes)}
+def _times_and_targets() -> list[Table]:
+    """A block's tables: one of measurements, then two of targets (one per device)."""
+    return [
+        Table("Times", ["case", "n"], [["a", 1]]),
+        Table("Targets", ["case", "n"], [["t1", 1]]),
+        Table("Targets, GPU", ["case", "n"], [["t2", 2]]),
+    ]
 
 
 def test_a_summary_shows_every_targets_table_and_folds_the_whole_block(tmp_path):
     path = tmp_path / "results.json"
-    tables = [_table("Times"), _table("Targets", [("t1", 1)]), _table("Targets, GPU", [("t2", 2)])]
-    _write_results(path, {"cuda/demo": _block("3. Demo", tables)})
-    summary = benchmark_summary("demo", "cuda", results=path)
+    record = record_block(_context(), "3. Demo", _times_and_targets(), 2.0)
+    write_block(path, "cuda", "throughput", record, ORDER)
+    summary = benchmark_summary("throughput", "cuda", results=path)
     targets, details = summary.split("\n\n<details>")
     assert targets == (
         "**Targets**\n\n| case | n |\n| --- | --- |\n| t1 | 1 |\n\n"
         "**Targets, GPU**\n\n| case | n |\n| --- | --- |\n| t2 | 2 |"
     )
-    assert details.startswith("<summary>All of benchmark demo</summary>\n\n**3. Demo**\n\n_2026")
+    assert details.startswith(
+        "<summary>All of benchmark throughput</summary>\n\n**3. Demo**\n\n_20"
+    )
     assert "**Times**\n\n| case | n |\n| --- | --- |\n| a | 1 |" in details
     assert details.endswith("| t2 | 2 |\n\n</details>")
-    assert stored_benchmark("demo", "cuda", results=path).startswith("### 3. Demo\n\n_2026-12-06")
-    assert stored_benchmark("demo", results=path) is None  # recorded for cuda only
+    assert stored_benchmark("throughput", "cuda", results=path).startswith("### 3. Demo\n\n_20")
+    assert stored_benchmark("throughput", results=path) is None  # recorded for cuda only
+    assert benchmark_summary("throughput", results=path) is None
     # A block without targets is folded away whole, with nothing above it.
-    _write_results(path, {"cpu/demo": _block("3. Demo", [_table("Times")])})
-    assert benchmark_summary("demo", results=path).startswith(
-        "\n\n<details><summary>All of benchmark demo</summary>\n\n**3. Demo**"
+    times = _times_and_targets()[:1]
+    write_block(path, "cpu", "throughput", record_block(_context(), "3. Demo", times, 2.0), ORDER)
+    assert benchmark_summary("throughput", results=path).startswith(
+        "\n\n<details><summary>All of benchmark throughput</summary>\n\n**3. Demo**"
     )
-    assert benchmark_summary("demo", "cuda", results=path) is None
 
 
 def test_a_table_whose_rows_do_not_match_its_columns_is_refused(tmp_path):
     path = tmp_path / "results.json"
-    _write_results(path, {"cpu/demo": _block("Demo", [_table("Times", rows=[("a", 1, "extra")])])})
+    record = record_block(_context(), "Demo", _times_and_targets()[:1], 1.0)
+    record["tables"][0]["rows"][0].append({"text": "extra", "value": "extra"})  # hand-edited
+    write_block(path, "cpu", "throughput", record, ORDER)
     with pytest.raises(ValueError, match="zip"):
-        benchmark_table("demo", results=path)
+        benchmark_table("throughput", results=path)
 
 
 @pytest.mark.parametrize(

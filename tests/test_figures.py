@@ -413,21 +413,19 @@ def test_the_benchmark_pictures_draw_the_recorded_tables():
 def test_the_throughput_picture_of_another_device_kind_reads_that_kinds_block(
     tmp_path, monkeypatch
 ):
-    import cfbook.book.benchmarks as benchmarks
+    import cfbook.book.benchmarks as recorded
+    from benchmarks.cli import BENCHMARKS
+    from benchmarks.common import Context, Table
+    from benchmarks.config import QUICK
+    from benchmarks.results import record_block, write_block
     from cfbook.book.figures.benchmarks import throughput_figure
 
     columns = ["model", "nce", "Native cf/s", "Reference cf/s", "Native / Reference"]
-    row = [("mlp", "mlp"), ("128", 128), ("900.0", 900.0), ("10.0", 10.0), ("90x", 90.0)]
-    table = {
-        "title": "cf/s",
-        "columns": columns,
-        "rows": [[{"text": t, "value": v} for t, v in row]],
-    }
-    provenance = {"when": "now", "machine": "GPU: test", "quick": False, "seconds": 1}
-    block = {"title": "1. Throughput", "provenance": provenance, "tables": [table]}
+    table = Table("cf/s", columns, [["mlp", 128, "900.0", "10.0", "90x"]])
+    record = record_block(Context(torch.device("cpu"), True, QUICK), "1. Throughput", [table], 1)
     results = tmp_path / "results.json"
-    results.write_text(json.dumps({"format": 1, "blocks": {"cuda/throughput": block}}))
-    monkeypatch.setattr(benchmarks, "RESULTS_JSON", results)
+    write_block(results, "cuda", "throughput", record, list(BENCHMARKS))
+    monkeypatch.setattr(recorded, "RESULTS_JSON", results)
     fig = throughput_figure("cuda")
     assert [list(t.y) for t in fig.data] == [[900.0], [10.0]]
     assert [a.text for a in fig.layout.annotations] == ["90x faster"]

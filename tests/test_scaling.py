@@ -9,7 +9,6 @@ from distributed_worker import toy_data, toy_run
 from cfbook.book.benchmarks import RESULTS_JSON, benchmark_summary, stored_benchmark
 from cfbook.book.scaling import (
     device_comparison_markdown,
-    launcher,
     load_scaling_runs,
     measure,
     run_path,
@@ -76,11 +75,6 @@ def test_training_refuses_a_loader_that_is_not_sharded_for_the_job(monkeypatch):
     with pytest.raises(ValueError, match="does not split evenly over 2 processes"):
         distributed.loader_shard(33)
     assert distributed.loader_shard(64) == {"batch_size": 32, "rank": 1, "world_size": 2}
-
-
-def test_launcher_uses_torchrun_only_for_several_processes():
-    assert launcher(1)[-1] == "-m" and "torch.distributed.run" not in launcher(1)
-    assert "--nproc_per_node=3" in launcher(3) and "--standalone" in launcher(3)
 
 
 def test_scaling_runs_are_read_back_by_process_count(tmp_path, profiled):

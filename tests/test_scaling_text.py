@@ -94,14 +94,15 @@ def test_the_scaling_figure_draws_each_runs_epochs() -> None:
     assert not scaling_figure({1: _log([1.0], 0)}, "no burn-in").layout.shapes
 
 
-def test_two_or_more_processes_run_under_torchrun() -> None:
+@pytest.mark.parametrize("processes", [2, 3])
+def test_two_or_more_processes_run_under_torchrun(processes: int) -> None:
     assert launcher(1) == [sys.executable, "-m"]
-    assert launcher(2) == [
+    assert launcher(processes) == [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={processes}",
         "--max-restarts=0",
         "-m",
     ]
