@@ -7,10 +7,12 @@
 # evaluation chapter's gallery and attacks, the settings table, the training, comparison,
 # microscope, ridge, 2-D, seed-page and evaluation texts and figures, mixed precision, the data
 # folder's paths, the epoch profiler, the chapter list and a chapter's set-up, the recorded
-# benchmarks and their figures, the grid's locks, the book's profiles and the scaling chapter's
-# runs, table and figure ([tool.mutmut] in pyproject.toml) and runs the unit tests that cover
-# each mutant; then the wrong edits that once passed every test (scripts/named_mutants.py) are
-# applied one at a time.
+# benchmarks and their figures, the grid's locks, the book's profiles, the scaling chapter's
+# runs, table and figure, the knob study, the two-dimensional chapter's data, the paper and
+# scaling commands and the microscope's search ([tool.mutmut] in pyproject.toml; of
+# cfbook/paper/grid.py, name patterns pick parts: pass 27 ran missing_weights) and runs the unit
+# tests that cover each mutant; then the wrong edits that once passed every test
+# (scripts/named_mutants.py) are applied one at a time.
 # Prints the kill rate per module; tests/MUTATION.md records them.
 #
 #   bash scripts/mutation.sh                       # everything (hours on 2 CPU cores)

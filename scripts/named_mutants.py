@@ -213,6 +213,20 @@ EDITS = (
         'r.epoch >= log.meta["burnin_epochs"]',
         ("tests/test_scaling_text.py",),
     ),
+    Edit(
+        "a knob cell's corrupt file telling the user to rerun grid cell 0 (pass 27)",
+        "cfbook/paper/grid.py",
+        'return knob_rerun(self.data) if self.overrides else f"--cell {self.index}"',
+        'return f"--cell {self.index}"',
+        ("tests/test_knobs.py",),
+    ),
+    Edit(
+        "the two-dimensional figure data stored as float32's neighbours of its decimals (pass 27)",
+        "cfbook/paper/two_d.py",
+        "return _decimals(torch.round(t * 10**digits).div(10**digits).tolist(), digits)",
+        "return torch.round(t * 10**digits).div(10**digits).tolist()",
+        ("tests/test_two_d.py",),
+    ),
 )
 
 # The factual class of a two-class individual is the other class: the first edit's helper.

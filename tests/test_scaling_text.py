@@ -198,3 +198,30 @@ def test_measure_runs_the_stage_on_a_scratch_copy_and_keeps_its_log(
         "threads": 1,
     }
     assert not (data_dir / "smoke").exists()  # the profile's own logs are left alone
+
+
+def test_the_scaling_command_measures_each_process_count_in_order(monkeypatch) -> None:
+    from cfbook.commands import scaling as command
+
+    calls = []
+    monkeypatch.setattr(command, "measure", lambda *a, **k: calls.append((a, k)))
+    assert command.main([]) == 0
+    defaults = {"data_dir": None, "device": None, "profile_epoch": None}
+    assert calls == [(("cpu", "full", 1), defaults), (("cpu", "full", 2), defaults)]
+    calls.clear()
+    argv = "--profile tutorial --mode vanilla --processes 3 1 --device cuda --profile-epoch 2"
+    assert command.main([*argv.split(), "--data-dir", "somewhere"]) == 0
+    given = {"data_dir": Path("somewhere"), "device": "cuda", "profile_epoch": 2}
+    assert calls == [(("tutorial", "vanilla", 3), given), (("tutorial", "vanilla", 1), given)]
+    with pytest.raises(SystemExit):
+        command.main(["--mode", "neither"])
+    assert len(calls) == 2
+
+
+def test_the_scaling_command_refuses_a_profile_it_does_not_know(monkeypatch, capsys) -> None:
+    from cfbook.commands import scaling as command
+
+    monkeypatch.setattr(command, "measure", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(SystemExit):
+        command.main(["--profile", "huge"])
+    assert "argument --profile: invalid choice: 'huge' (choose from " in capsys.readouterr().err

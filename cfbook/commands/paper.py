@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.two_d:
             print(f"wrote {write_two_d(out, device)}")
         if args.knobs:
-            print(f"wrote {run_knobs(out, device, KNOB_DATA if data is None else tuple(data))}")
+            keys = KNOB_DATA if data is None else tuple(data)
+            print(f"wrote {run_knobs(out, device, keys, force=args.force)}")
     except (ValueError, FileNotFoundError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

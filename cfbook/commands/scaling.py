@@ -24,9 +24,22 @@ def main(argv: list[str] | None = None) -> int:
         description="Train one stage on 1 and on N processes and keep the logs for the "
         "Scaling up chapter. Measure on an otherwise idle machine.",
     )
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu")
-    parser.add_argument("--mode", choices=TRAINING_MODES, default="full")
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--profile", choices=sorted(PROFILES), default="cpu", help="the book profile (default cpu)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=TRAINING_MODES,
+        default="full",
+        help="the stage: full (CT) or vanilla (the baseline); default full",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="process counts, run one after the other (default 1 2)",
+    )
     parser.add_argument("--device", help="cpu or cuda (default: detected)")
     parser.add_argument("--profile-epoch", type=int, help="profile this epoch of every run")
     parser.add_argument("--data-dir", type=Path, help="MNIST/raw; logs go to <it>/scaling")

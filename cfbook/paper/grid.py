@@ -110,6 +110,23 @@ class Cell:
         knobs = "".join(f"-{k}{v:g}" for k, v in self.overrides)
         return f"{self.data}-{self.training}{knobs}-s{self.seed}"
 
+    @property
+    def label(self) -> str:
+        """The cell in messages: its number and name, or only its name for a cell of the knob
+        study, which has no number in the grid."""
+        return f"knob cell {self.name}" if self.overrides else f"cell {self.index} ({self.name})"
+
+    @property
+    def rerun(self) -> str:
+        """The command's options that run this cell again (with ``--force``)."""
+        return knob_rerun(self.data) if self.overrides else f"--cell {self.index}"
+
+
+def knob_rerun(key: str) -> str:
+    """The command's options that run the knob study on ``key`` again (with ``--force``): only
+    the study, never the whole grid, which ``--knobs --force`` alone would retrain."""
+    return f"--merge-only --knobs --data {key}"
+
 
 def grid_cells(
     scale: Scale, data: Sequence[str] | None = None, ablation: bool = False
@@ -228,13 +245,12 @@ def run_cell(
     """Train one cell (or reuse its saved result) and return its result file's content."""
     config = cell_config(cell, scale, variant)
     result_path = out / "cells" / f"{cell.name}.json"
-    rerun = f"--cell {cell.index}"
-    saved = _reusable(result_path, config, force, rerun)
+    saved = _reusable(result_path, config, force, cell.rerun)
     if saved is not None:
         return saved
-    with locked(result_path, f"cell {cell.index} ({cell.name})"):
+    with locked(result_path, cell.label):
         # A process that held the lock before this one may have just finished the cell.
-        saved = _reusable(result_path, config, force, rerun)
+        saved = _reusable(result_path, config, force, cell.rerun)
         return saved or _train_cell(cell, scale, out, config, device, data, report, variant)
 
 
@@ -329,6 +345,17 @@ def evaluation_config(
     }
 
 
+def missing_weights(weights: Path, how: str) -> FileNotFoundError:
+    """The error for a cell's weights that are not there; ``how``: the command's options that
+    train the cell again."""
+    return FileNotFoundError(
+        f"{weights} is missing: the grid ships its cells' results and the weights of seed 0 of "
+        "the synthetic sets only (the two-dimensional chapter's models); train the cell again "
+        f"(python -m cfbook.commands.paper {how}; on another processor its model differs in the "
+        "last bits from the one the shipped results were made with)"
+    )
+
+
 def _trained(
     key: str,
     seed: int,
@@ -343,13 +370,7 @@ def _trained(
     for training in trainings:
         weights = cells / f"{Cell(0, key, training, seed).name}.pt"
         if not weights.is_file():
-            raise FileNotFoundError(
-                f"{weights} is missing: the grid ships its cells' results and the weights of "
-                "seed 0 of the synthetic sets only (the two-dimensional chapter's models); train "
-                "the cell again (python -m cfbook.commands.paper --cell <its index> --force, "
-                "--list shows the indices; on another processor its model differs in the last "
-                "bits from the one the shipped results were made with)"
-            )
+            raise missing_weights(weights, "--cell <its index> --force, --list shows the indices")
         model = _model(data).to(device)
         try:
             model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))

@@ -17,7 +17,17 @@ from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.metrics import accuracy
 from cfbook.evaluation.protocol import PaperProtocol, paper_evaluate
 from cfbook.evaluation.statistics import mean_of
-from cfbook.paper.grid import Cell, Scale, _model, _reusable, cell_config, run_cell
+from cfbook.paper.grid import (
+    Cell,
+    Scale,
+    _model,
+    _reusable,
+    cell_config,
+    grid_cells,
+    knob_rerun,
+    missing_weights,
+    run_cell,
+)
 from cfbook.paper.settings import (
     EXPERIMENTS,
     LAMBDA_ADV,
@@ -47,15 +57,18 @@ PAPER = {
 
 
 def knob_cells(data: tuple[str, ...] = KNOB_DATA) -> list[tuple[str, float, Cell]]:
-    """(knob, value, cell) for every point of the study; the paper's value is the CT cell."""
+    """(knob, value, cell) for every point of the study; the paper's value is the grid's CT cell,
+    with its number in the grid (the others have none: index 0)."""
+    ct = {(c.data, c.seed): c for c in grid_cells(Scale.paper(), data) if c.training == "full"}
     out = []
     for key in data:
         for seed in KNOB_SEEDS:
             for knob, values in KNOBS.items():
                 for value in values:
                     if value == PAPER[knob]:
-                        overrides = ()
-                    elif knob == "nce":
+                        out.append((knob, value, ct[key, seed]))
+                        continue
+                    if knob == "nce":
                         overrides = (("nce", round(value * EXPERIMENTS[key].nce)),)
                     else:
                         overrides = ((knob, value),)
@@ -64,15 +77,22 @@ def knob_cells(data: tuple[str, ...] = KNOB_DATA) -> list[tuple[str, float, Cell
 
 
 def _evaluate(
-    cell: Cell, scale: Scale, out: Path, data: ExperimentData, device: torch.device
+    cell: Cell,
+    scale: Scale,
+    out: Path,
+    data: ExperimentData,
+    device: torch.device,
+    force: bool = False,
 ) -> dict[str, Any]:
     config = {"cell": cell_config(cell, scale), "rounds": ROUNDS}
     path = out / "knobs" / f"{cell.name}.json"
-    saved = _reusable(path, config, False, "--knobs")
+    saved = _reusable(path, config, force, knob_rerun(cell.data))
     if saved is not None:
         return saved
-    model = _model(data).to(device)
     weights = out / "cells" / f"{cell.name}.pt"
+    if not weights.is_file():
+        raise missing_weights(weights, f"{cell.rerun} --force")
+    model = _model(data).to(device)
     model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
     model.eval()
     protocol = PaperProtocol(
@@ -98,9 +118,13 @@ def _evaluate(
 KNOB_MEASURES = ("validity", "ip", "accuracy")
 
 
-def run_knobs(out: Path, device: torch.device, data: tuple[str, ...] = KNOB_DATA) -> Path:
+def run_knobs(
+    out: Path, device: torch.device, data: tuple[str, ...] = KNOB_DATA, force: bool = False
+) -> Path:
     """Train (or reuse) and evaluate every point of the study, and write ``out/knobs.json``:
-    per data set and knob, one row per value with the per-seed validity, IP and accuracy."""
+    per data set and knob, one row per value with the per-seed validity, IP and accuracy.
+    ``force`` trains the study's own cells and evaluates every point again; the paper's points
+    are the grid's CT cells, which only the grid retrains (``--cell N --force``)."""
     scale = Scale.paper()
     table: dict[str, Any] = {}
     loaded: dict[str, ExperimentData] = {}
@@ -109,8 +133,16 @@ def run_knobs(out: Path, device: torch.device, data: tuple[str, ...] = KNOB_DATA
         if cell.data not in loaded:
             loaded[cell.data] = load_experiment_data(cell.data, device)
         print(f"knob {k}/{len(cells)}: {cell.name}", flush=True)
-        run_cell(cell, scale, out, device=device, data=loaded[cell.data], report=lambda _: None)
-        got = _evaluate(cell, scale, out, loaded[cell.data], device)
+        run_cell(
+            cell,
+            scale,
+            out,
+            device=device,
+            data=loaded[cell.data],
+            force=force and bool(cell.overrides),
+            report=lambda _: None,
+        )
+        got = _evaluate(cell, scale, out, loaded[cell.data], device, force)
         points = table.setdefault(cell.data, {}).setdefault(knob, [])
         row = next((r for r in points if r["value"] == value), None)
         if row is None:
