@@ -4,6 +4,8 @@ which order, where, with which settings, and what it prints; on stand-ins for th
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import re
 from pathlib import Path
@@ -293,9 +295,6 @@ def test_a_variant_runs_into_its_own_folder_with_its_own_models_or_the_papers(gr
 
 @pytest.mark.parametrize("module", ["paper", "scaling"])
 def test_every_option_of_the_commands_says_what_it_does(module, monkeypatch, capsys):
-    import argparse
-    import importlib
-
     command = importlib.import_module(f"cfbook.commands.{module}")
     parsers = []
     parse = argparse.ArgumentParser.parse_args

@@ -36,7 +36,9 @@ PANELS = (
 
 def _round(t: torch.Tensor, digits: int = 3) -> list:
     """``t`` rounded to ``digits`` decimals, as nested lists of the decimals themselves: float32's
-    nearest value to 0.123 prints as 0.12300000339746475, which doubled the file's size."""
+    nearest value to 0.123 prints as 0.12300000339746475, which doubled the file's size. Torch
+    rounds (in float32, as the file always was) and Python only writes the decimal, so that no
+    number moves at a half."""
     return _decimals(torch.round(t * 10**digits).div(10**digits).tolist(), digits)
 
 
