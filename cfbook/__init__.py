@@ -3,8 +3,8 @@
 Where things live:
 
 - ``cfbook.search``: the counterfactual search (the ``Generator`` protocol, ``NativeGenerator``
-  batched on the device, ``ReferenceGenerator`` one sample at a time, the compiled step, the
-  domain and mutability constraints);
+  batched on the device, ``ReferenceGenerator`` one sample at a time, the one search step and
+  its compiled executor, the domain and mutability constraints);
 - ``cfbook.training``: ``counterfactual_training``, a run's identity, one epoch's
   counterfactuals, CT's loss terms, logs, checkpoints, training over several processes;
 - ``cfbook.evaluation``: the CT paper's test-time protocol (``paper_evaluate``), its measures,

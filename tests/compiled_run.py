@@ -1,4 +1,4 @@
-"""A small CT run whose searches compile="auto" compiles, for the tests of exact repeats.
+"""A small CT run with the compiled search (``compile=True``), for the tests of exact repeats.
 
 ``python tests/compiled_run.py CHECKPOINT_DIR OUT [KILL_AT]`` trains it (resuming from the
 checkpoint if there is one), kills itself with SIGKILL right after epoch KILL_AT was saved, as a
@@ -17,20 +17,16 @@ import torch
 from cfbook import FullObjective, NativeGenerator, TrainingLog, counterfactual_training, save_log
 from cfbook.data import DeviceLoader
 from cfbook.models import mlp
-from cfbook.search import compiled
 
 N, N_FEATURES, N_CLASSES = 256, 12, 3
 NEPOCHS, BURNIN, NCE, MAXITER = 9, 1, 64, 10
-# The counterfactual-steps the run plans: its search epochs x nce x maxiter.
-PLANNED = (NEPOCHS - BURNIN) * NCE * MAXITER
-# compile="auto" settings that compile this small run: any chunk size qualifies, and the planned
-# steps reach the threshold three times over. (Were the decision taken from the eager steps
-# already searched in the process, the run would switch a third of the way in.)
-AUTO_MIN_ELEMENTS, AUTO_COMPILE_STEPS = 0, PLANNED // 3
 
 
 def train(
-    checkpoint_dir: Path | None = None, kill_at: int | None = None, raise_at: int | None = None
+    checkpoint_dir: Path | None = None,
+    kill_at: int | None = None,
+    raise_at: int | None = None,
+    compile: bool = True,
 ) -> tuple[torch.nn.Module, TrainingLog]:
     """The run, killed (SIGKILL) or interrupted (RuntimeError) right after epoch ``kill_at`` or
     ``raise_at`` was saved."""
@@ -50,7 +46,8 @@ def train(
     return counterfactual_training(
         FullObjective(),
         model,
-        NativeGenerator(maxiter=MAXITER, tau=0.5, step_size=0.5),  # most searches succeed
+        # most searches succeed
+        NativeGenerator(maxiter=MAXITER, tau=0.5, step_size=0.5, compile=compile),
         DeviceLoader(x, y, 32, seed=0),
         torch.optim.Adam(model.parameters(), lr=1e-2),
         device="cpu",
@@ -65,8 +62,6 @@ def train(
 
 
 if __name__ == "__main__":
-    compiled.AUTO_MIN_ELEMENTS = AUTO_MIN_ELEMENTS
-    compiled.AUTO_COMPILE_STEPS["cpu"] = AUTO_COMPILE_STEPS
     checkpoint_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
     model, log = train(checkpoint_dir, int(sys.argv[3]) if len(sys.argv) > 3 else None)
     out.mkdir(parents=True, exist_ok=True)

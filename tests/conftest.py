@@ -6,14 +6,12 @@ tests share one build instead of paying for it twice.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +25,6 @@ if TYPE_CHECKING:  # playwright is the browser extra: only the browser tests nee
     from playwright.sync_api import Browser
 
 REPO = Path(__file__).resolve().parents[1]
-# Prepared search steps change which path a search takes (cfbook.search.prepared): the tests
-# see only those they build, never the machine's. The folder goes when the session ends (a
-# mutation run starts thousands of sessions).
-os.environ["CFBOOK_PREPARED_DIR"] = tempfile.mkdtemp(prefix="cfbook-prepared-")
-atexit.register(shutil.rmtree, os.environ["CFBOOK_PREPARED_DIR"], ignore_errors=True)
 # The offline Quarto installer that scripts/quarto.sh uses; CI has it beside the clone.
 QUARTO_INSTALLER = REPO.parent / "shared" / "tools" / "quarto"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -89,22 +82,6 @@ class SmokeBook:
             "1",
             *extra,
         ]
-
-
-@pytest.fixture
-def pullback_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The row count of every ``PlainMLP.pullback`` call from here on (the direct path's)."""
-    from cfbook.search.pullback import PlainMLP
-
-    rows: list[int] = []
-    original = PlainMLP.pullback
-
-    def counted(self, grad, out=None, bound=False):
-        rows.append(grad.shape[0])
-        return original(self, grad, out, bound)
-
-    monkeypatch.setattr(PlainMLP, "pullback", counted)
-    return rows
 
 
 def make_data_dir(root: Path) -> Path:

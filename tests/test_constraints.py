@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from cfbook.search.constraints import CategoricalCode, infer_domain, make_constraints
+from cfbook.search.constraints import infer_domain, make_constraints
 
 
 def test_mask_step_follows_mutability():
@@ -53,29 +53,6 @@ def test_step_bounds_clamp_like_mask_step():
 
 def _code(**kwargs):
     return make_constraints(device="cpu", **kwargs).categorical
-
-
-@pytest.mark.parametrize(
-    ("categorical", "domain"),
-    [
-        ([[0, 1, 2], [3]], (-1.0, 2.0)),  # groups, a binary column, bounds
-        ([[0, 1, 2], [4, 5]], None),  # groups only
-        ([[3], [4]], (0.0, 1.0)),  # binary columns with bounds
-    ],
-)
-def test_a_categorical_code_comes_back_from_its_tensors(categorical, domain):
-    """The compiled step rebuilds the code inside its graph from ``tensors()`` and ``layout()``."""
-    code = _code(domain=domain, mutability=None, n_features=6, categorical=categorical)
-    layout = code.layout()
-    wide, single = any(len(g) > 1 for g in categorical), any(len(g) == 1 for g in categorical)
-    assert layout == (wide, single, domain is not None)
-    assert all(t is not None for t in code.tensors())
-    back = CategoricalCode.from_tensors(layout, code.tensors())
-    for name in ("index", "eligible", "flat", "binary", "columns", "low", "high"):
-        a, b = getattr(code, name), getattr(back, name)
-        assert (a is None and b is None) or torch.equal(a, b), name
-    x = torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) * 3 - 1
-    assert torch.equal(back.decode(x), code.decode(x))
 
 
 def test_step_bounds_take_the_dtype_asked_for():
@@ -161,26 +138,3 @@ def test_a_list_of_two_numbers_is_the_pair_for_every_feature():
     # Two features given as two pairs of a list are one pair each, not one pair for both.
     c = make_constraints([[-1, 1], [0, 2]], None, 2, device="cpu")
     assert c.lower.tolist() == [-1.0, 0.0] and c.upper.tolist() == [1.0, 2.0]
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_one_interval_for_every_feature_clamps_by_two_numbers_to_the_same_bits(dtype):
-    # 0.1 is not a float32: the interval must hold the bound the vectors hold, in their dtype.
-    x = torch.tensor([[0.1, -0.3, 0.2, 0.0999999]], dtype=torch.float64).to(dtype)
-    x = torch.cat([x, torch.tensor([[float("nan"), 5.0, -5.0, 0.1]], dtype=dtype)])
-    for domain in [(-0.25, 0.1), [(-0.25, 0.1)] * 4, torch.tensor([[-0.25, 0.1]] * 4)]:
-        c = make_constraints(domain, None, 4, device="cpu", dtype=dtype)
-        assert c.interval == (c.lower[0].item(), c.upper[0].item())
-        if dtype == torch.float32:
-            assert c.interval[1] == torch.tensor(0.1, dtype=dtype).item() != 0.1
-        expected = torch.clamp(x, c.lower, c.upper)
-        got = c.clamp_(x.clone())
-        assert torch.equal(got.nan_to_num(7.0), expected.nan_to_num(7.0))
-        assert got[1, 0].isnan()
-    # Features with different bounds clamp by the vectors; without a domain nothing changes.
-    listed = make_constraints([(-1, 1), (0, 2), (-5, -4)], None, 3, device="cpu")
-    assert listed.interval is None
-    assert listed.clamp_(torch.tensor([[3.0, -3.0, 0.0]])).tolist() == [[1.0, 0.0, -4.0]]
-    free = make_constraints(None, None, 3, device="cpu")
-    y = torch.randn(2, 3)
-    assert free.interval is None and free.clamp_(y) is y

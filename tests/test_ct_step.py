@@ -47,9 +47,10 @@ from cfbook.search.interface import CounterfactualResult, Generator
 from cfbook.training.counterfactuals import (
     CounterfactualBatch,
     epoch_counterfactuals,
-    plan_epoch_search,
+    epoch_search,
 )
 from cfbook.training.loss import batch_loss, counterfactual_terms
+from cfbook.training.run import TrainingRun
 
 ATOL = 2e-6  # float32 forward passes; every mutant below moves a value by 2.7e-5 or more
 
@@ -194,20 +195,22 @@ class StubSearch(Generator):
 def check_mature(mutability: list[str] | None, mature: str = "neighbour") -> None:
     x_all, y_all = t((2.0, 0.0), (0.0, 2.0)), torch.tensor([0, 1])
     model = linear_model()
-    search = plan_epoch_search(
-        StubSearch(),
-        model,
-        x_all,
-        y_all,
+    run = TrainingRun(
+        objective="FullObjective",
+        lambdas=(1.0, 1.0, 1.0, 1.0),
         nce=2,
-        search_epochs=1,
-        n_batches=1,
-        n_classes=2,
+        burnin_epochs=0,
+        generator=StubSearch().settings(),
+        amp=None,
+        mature=mature,
+        accumulate=1,
+        fuse_cf_forwards=False,
+        world_size=1,
         domain=None,
         mutability=mutability,
-        mature=mature,
-        saved_plan=None,
+        data={},
     )
+    search = epoch_search(run, StubSearch(), x_all, y_all, n_batches=1, n_classes=2)
     cf = epoch_counterfactuals(model, x_all, y_all, search, torch.Generator().manual_seed(0))
     assert sorted(cf.factual_index.tolist()) == [0, 1]
     by_factual = {int(i): r for r, i in enumerate(cf.factual_index)}
@@ -308,13 +311,17 @@ def check_energy_steps(generator: NativeGenerator) -> None:
 CONSTRAINED = {"domain": [(0.99, 5.0), (-5.0, 5.0)], "mutability": ["both", "decrease"]}
 
 
-def check_constraints(generator: NativeGenerator, constraints: dict = CONSTRAINED) -> None:
+def check_constraints(
+    generator: NativeGenerator | ReferenceGenerator, constraints: dict = CONSTRAINED
+) -> None:
     # Row 1's first paper step is (-0.01162963, +0.08837037) (PATH_1). Feature 2 may only
     # decrease: its step is dropped; feature 1's lower bound 0.99 then clamps 0.98837 up to 0.99
     # (CE.jl: mutability on the step, then the domain clamp). Every later step points the same
     # way, so the search ends where its first step left it.
-    found = generator.generate(linear_model(), X0[:1], TARGET[:1], record=True, **constraints)
-    close(found.path[1], [[0.99, 0.0]])
+    record = {"record": True} if isinstance(generator, NativeGenerator) else {}
+    found = generator.generate(linear_model(), X0[:1], TARGET[:1], **record, **constraints)
+    if record:
+        close(found.path[1], [[0.99, 0.0]])
     close(found.counterfactual, [[0.99, 0.0]])
 
 
@@ -422,8 +429,12 @@ MUTANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Callable[[], None
         lambda: check_energy_steps_reference(),
     ),
     "mutability ignored": (
-        lambda mp: mp.setattr(Constraints, "mask_step", lambda self, step: step),
+        lambda mp: mp.setattr(Constraints, "step_bounds", lambda self, dtype: None),
         lambda: check_constraints(native(maxiter=30, tau=0.99)),
+    ),
+    "mutability ignored by the reference": (
+        lambda mp: mp.setattr(Constraints, "mask_step", lambda self, step: step),
+        lambda: check_constraints(ReferenceGenerator(**PAPER, maxiter=30, tau=0.99)),
     ),
     "no domain clamp": (
         lambda mp: None,

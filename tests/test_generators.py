@@ -1,3 +1,6 @@
+"""The batched search (``NativeGenerator``) and its two executors, the eager and the compiled
+step, held to the per-sample reference (``ReferenceGenerator``)."""
+
 import functools
 import gc
 import math
@@ -8,20 +11,54 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import fresh_python, scaled_mlp
+from conftest import scaled_mlp
 from torch import nn
 
 from cfbook import NativeGenerator, ReferenceGenerator
-from cfbook.search import compiled, generators, step
+from cfbook.search import compiled, generators
 from cfbook.search.generators import PAPER_SEARCH, SearchParameters
-from cfbook.search.step import StepSettings, WorkingSet, copy_rows, eager_step, fused_step
+from cfbook.search.step import step_scalars
 
 N_FEATURES, N_CLASSES = 12, 4
 MUTABILITY = ["both"] * 8 + ["none", "increase", "decrease", "none"]
+GROUPS = [[0, 1, 2], [3, 4], [5]]  # two one-hot groups and a 0/1 column, all mutable
+DOMAIN = [(-1.5, 1.5)] * N_FEATURES
 
 
 # A random MLP with large enough weights that most searches converge.
 small_mlp = functools.partial(scaled_mlp, N_FEATURES, N_CLASSES)
+
+
+class _Image(nn.Module):
+    """A convolutional model of flat rows: each row is a 3 x 4 image."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv = nn.Conv2d(1, 4, 2)
+        self.head = nn.Linear(4 * 2 * 3, N_CLASSES)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.mul_(4.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x.view(-1, 1, 3, 4)).relu().flatten(1))
+
+
+def _batchnorm() -> nn.Module:
+    """An MLP with batch normalisation, searched in eval mode on its running statistics."""
+    torch.manual_seed(1)
+    model = nn.Sequential(
+        nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, N_CLASSES)
+    )
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.1, 0.5)
+        model[0].weight.mul_(3.0)
+    return model.eval()
+
+
+MODELS = {"mlp": small_mlp, "batchnorm": _batchnorm, "conv": _Image}
 
 
 def factuals(model: nn.Module, n: int = 48, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,25 +80,75 @@ def assert_same_search(fast, slow, atol: float = 1e-5) -> None:
     assert torch.equal(fast.iterations, slow.iterations)
 
 
+def count_compiled_steps(monkeypatch) -> list[bool]:
+    """From now on, each call of the compiled executor: True where it stepped (not failed)."""
+    calls: list[bool] = []
+    original = compiled.step
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(compiled, "step", spy)
+    return calls
+
+
+# One matrix holds both executors to the reference: every model kind under each constraint
+# layout (straight-through groups: tests/test_categorical.py). Each case: domain, mutability,
+# one-hot groups (with their gradient mode), record,
+# (compact_every, cf_batchsize), per-row energy weights.
+CASES = {
+    "free": (None, None, None, False, (5, None), False),
+    "domain-mutability": (DOMAIN, MUTABILITY, None, False, (1, None), False),
+    "groups-frozen": (DOMAIN, None, "frozen", False, (5, None), False),
+    "groups-mutability": (None, MUTABILITY, "frozen", False, (5, None), False),
+    "record": (DOMAIN, MUTABILITY, "frozen", True, (5, None), False),
+    "chunks": (DOMAIN, None, None, False, (3, 7), False),
+    "per-row-energy": (None, MUTABILITY, None, False, (5, None), True),
+    "everything": (DOMAIN, MUTABILITY, "frozen", False, (3, 7), True),
+}
+
+
+# The convolutional model meets no one-hot groups: on its 0/1 group columns its probabilities
+# saturate and almost no search reaches its target, which would test nothing.
+MATRIX = [(k, c) for k in MODELS for c in CASES if not (k == "conv" and CASES[c][2])]
+
+
+@pytest.mark.parametrize(("kind", "case"), MATRIX, ids=[f"{k}-{c}" for k, c in MATRIX])
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-@pytest.mark.parametrize("mutability", [None, MUTABILITY])
-@pytest.mark.parametrize("compact_every,cf_batchsize", [(1, None), (5, None), (3, 7)])
-def test_native_agrees_with_reference(compile, mutability, compact_every, cf_batchsize):
-    model = small_mlp()
+def test_both_executors_agree_with_the_reference(monkeypatch, compile, kind, case):
+    domain, mutability, mode, record, (compact_every, cf_batchsize), per_row = CASES[case]
+    model = MODELS[kind]()
     x, target = factuals(model)
-    kwargs = {"domain": [(-1.0, 1.0)] * N_FEATURES, "mutability": mutability}
+    if mode is not None:
+        # The groups start one-hot; the 0/1 column starts at 0 or 1.
+        x[:, :3] = nn.functional.one_hot(x[:, :3].argmax(1), 3).float()
+        x[:, 3:5] = nn.functional.one_hot(x[:, 3:5].argmax(1), 2).float()
+        x[:, 5] = (x[:, 5] > 0).float()
     params = {"tau": 0.6, "maxiter": 30}
+    if mode is not None:
+        params["categorical_gradient"] = mode
+    kwargs = {"domain": domain, "mutability": mutability}
+    if mode is not None:
+        kwargs["categorical"] = GROUPS
+    if per_row:
+        kwargs["lambda_energy"] = torch.tensor([0.0, 0.5, 5.0, 20.0]).repeat(len(x) // 4)
     native = NativeGenerator(
         compact_every=compact_every, cf_batchsize=cf_batchsize, compile=compile, **params
     )
-    fast = native.generate(model, x, target, **kwargs)
+    steps = count_compiled_steps(monkeypatch)
+    fast = native.generate(model, x, target, record=record, **kwargs)
     slow = ReferenceGenerator(**params).generate(model, x, target, **kwargs)
-    # The scenario must exercise both outcomes and early stopping at several different steps,
-    # or the comparison is weak.
+    # The compiled executor ran every step it was asked for (a record is searched eagerly).
+    assert (bool(steps) and all(steps)) if compile and not record else not steps
+    # The case exercises both outcomes and early stopping at several steps.
     assert 0 < int(slow.valid.sum()) < len(x)
-    assert int(slow.iterations.min()) < params["maxiter"]
-    assert len(slow.iterations.unique()) >= 5
+    assert len(slow.iterations.unique()) >= 3
     assert_same_search(fast, slow)
+    if record:
+        assert fast.path.shape == (params["maxiter"] + 1, *x.shape)
+        assert torch.equal(fast.path[0], x) and torch.equal(fast.path[-1], fast.counterfactual)
 
 
 @pytest.mark.parametrize("generator", [NativeGenerator(tau=0.6), ReferenceGenerator(tau=0.6)])
@@ -127,14 +214,13 @@ def test_converged_samples_stop_costing_compute():
     assert sum(rows) < 0.6 * len(x) * 30  # far fewer rows than maxiter full passes
 
 
-def test_no_host_sync_per_iteration(monkeypatch):
-    # On a CPU the eager step reads which rows leave the epsilon ball (a read that costs no
-    # device sync there); this CPU run stands in for a GPU, so it follows the GPU's rule.
-    monkeypatch.setattr(step, "SYNC_FREE", True)
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_no_host_sync_per_iteration(monkeypatch, compile):
     model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
     x, target = factuals(model)
+    gen = NativeGenerator(maxiter=30, compact_every=10, compile=compile)
+    gen.generate(model, x, target)  # a compile happens outside the count
     syncs = count_host_syncs(monkeypatch)
-    gen = NativeGenerator(maxiter=30, compact_every=10)
     res = gen.generate(model, x, target)
     monkeypatch.undo()
     assert int(res.iterations.min()) == 30
@@ -143,44 +229,13 @@ def test_no_host_sync_per_iteration(monkeypatch):
     assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
 
 
-def test_eager_nascent_points_are_the_same_stored_either_way(monkeypatch):
-    """On a CPU the eager step copies only the rows that leave the epsilon ball (found by a host
-    read); the sync-free way passes every row through a ``where``. Both must give the reference's
-    nascent points, bit for bit the same, with rows that leave and rows that never leave. The
-    sync-free search runs first, so that its buffers cannot hold the other search's results."""
-    model = small_mlp(seed=2)
-    x, target = factuals(model, n=64)
-    params = {"tau": 0.9, "maxiter": 25, "epsilon": 0.4}
-    search = NativeGenerator(compile=False, compact_every=3, **params)
-    reads = count_host_syncs(monkeypatch)
-    monkeypatch.setattr(step, "SYNC_FREE", True)
-    dense = search.generate(model, x, target, domain=(-1, 1))
-    monkeypatch.setattr(step, "SYNC_FREE", False)
-    before = len(reads)
-    sparse = search.generate(model, x, target, domain=(-1, 1))
-    monkeypatch.undo()
-    # The sync-free way reads the active rows at compaction points only; the sparse way also
-    # reads the leaving rows at every iteration it runs.
-    points = len(search.compaction_points())
-    assert reads[:before].count("nonzero") <= points
-    assert reads[before:].count("nonzero") >= points + int(sparse.iterations.max())
-    ref = ReferenceGenerator(**params).generate(model, x, target, domain=(-1, 1))
-    for found in (dense, sparse):
-        assert_same_search(found, ref)
-    assert torch.equal(sparse.counterfactual, dense.counterfactual)
-    assert torch.equal(sparse.nascent, dense.nascent)
-    within = (sparse.counterfactual - x).abs().amax(1) <= params["epsilon"]
-    left = ~within & (sparse.nascent != x).any(1)
-    assert bool(within.any()) and bool(left.any())  # both kinds of nascent point
-
-
 def test_bf16_search_stays_valid(monkeypatch):
     model = small_mlp()
     x, target = factuals(model)
     ref = NativeGenerator(tau=0.6).generate(model, x, target, domain=(-1.0, 1.0))
     res = NativeGenerator(tau=0.6, amp="bf16").generate(model, x, target, domain=(-1.0, 1.0))
     # The compiled step runs float32 only: asked to compile, a bf16 search stays eager.
-    calls = _count_compiles(monkeypatch)
+    calls = count_compiled_steps(monkeypatch)
     asked = NativeGenerator(tau=0.6, amp="bf16", compile=True)
     assert_same_search(asked.generate(model, x, target, domain=(-1.0, 1.0)), res, atol=0)
     assert not calls
@@ -230,27 +285,13 @@ def test_bad_inputs_are_named():
         ReferenceGenerator(maxiter=-1)
 
 
-@pytest.mark.parametrize("lambda_cost", [0.1, 1.0])  # 1.0: the cost term is not skipped
-def test_compiled_update_matches_eager(lambda_cost):
-    model = small_mlp()
-    x, target = factuals(model)
-    kwargs = {"domain": (-1.0, 1.0), "mutability": MUTABILITY}
-    settings = {"tau": 0.6, "lambda_cost": lambda_cost}
-    eager = NativeGenerator(**settings).generate(model, x, target, **kwargs)
-    fused = NativeGenerator(**settings, compile=True).generate(model, x, target, **kwargs)
-    torch.testing.assert_close(fused.counterfactual, eager.counterfactual, atol=1e-6, rtol=0)
-    assert torch.equal(fused.valid, eager.valid)
-    assert torch.equal(fused.iterations, eager.iterations)
-
-
-@pytest.mark.parametrize("sync_free", [False, True])
-def test_factuals_that_already_reach_tau_are_returned_untouched(monkeypatch, sync_free):
-    """Both ways of restoring the factuals (a CPU's row copy, the sync-free ``where``)."""
-    monkeypatch.setattr(step, "SYNC_FREE", sync_free)
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_factuals_that_already_reach_tau_are_returned_untouched(compile):
     model = small_mlp()
     x, target = factuals(model)
     x = x * 1.5  # partly outside the domain: an unmoved factual must not even be clamped
-    res = NativeGenerator(tau=0.2).generate(model, x, target, domain=(-1.0, 1.0))
+    search = NativeGenerator(tau=0.2, compile=compile)
+    res = search.generate(model, x, target, domain=(-1.0, 1.0))
     done = res.iterations == 0
     assert bool(done.any()) and bool((~done).any())
     assert bool(res.valid[done].all())
@@ -400,26 +441,35 @@ def test_compiled_search_pads_a_single_active_row(monkeypatch, n):
     assert torch.equal(fast.counterfactual[1:], x[1:])
 
 
-def _count_compiles(monkeypatch) -> list[bool]:
-    calls = []
-
-    def spy(*args, **kwargs):
-        calls.append(True)
-        return compile_graph(*args, **kwargs)
-
-    compile_graph = compiled._compile
-    monkeypatch.setattr(compiled, "_compile", spy)
-    return calls
+def _graphs() -> int:
+    """How many graphs torch.compile has built in this process."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-def test_compiled_search_reuses_its_graph_across_settings_and_sizes(monkeypatch):
+def test_a_chunked_compiled_search_compiles_one_graph():
+    """Chunks are views of the rows, compacted rows are copies, the first step's state is the
+    factuals: none of it may compile a second graph."""
+    torch.manual_seed(9)
+    model = nn.Sequential(nn.Linear(N_FEATURES, 7), nn.Tanh(), nn.Linear(7, N_CLASSES))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0)
+    x, target = factuals(model)
+    before = _graphs()
+    search = NativeGenerator(compile=True, tau=0.6, cf_batchsize=20, compact_every=2)
+    found = search.generate(model, x, target, domain=(-1.0, 1.0))
+    assert _graphs() == before + 1
+    assert len(found.iterations.unique()) > 2  # rows left at several compaction points
+
+
+def test_compiled_search_reuses_its_graph_across_settings_sizes_and_models():
     """A training run searches every epoch, with shrinking working sets: once compiled, new
     sizes, tau, lambdas and step sizes must not compile again."""
     model = small_mlp()
     x, target = factuals(model)
     NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1.0, 1.0))
-    compiles = _count_compiles(monkeypatch)
-    other = small_mlp(seed=3)  # another model of the same architecture: traced once more
+    before = _graphs()
+    other = small_mlp(seed=3)  # another model of the same architecture: the same graph
     for net in (model, other):
         for n, settings in [
             (48, {"tau": 0.8}),
@@ -435,7 +485,7 @@ def test_compiled_search_reuses_its_graph_across_settings_and_sizes(monkeypatch)
                 net, x[:n], target[:n], domain=(-1.0, 1.0)
             )
             assert_same_search(fast, slow)
-        assert len(compiles) == (net is other)
+    assert _graphs() == before
 
 
 def test_a_model_changed_after_its_compile_compiles_again():
@@ -474,23 +524,6 @@ def test_compiled_search_of_a_strided_batch_agrees_with_a_contiguous_one():
     assert_same_search(
         gen.generate(model, strided, every_other), gen.generate(model, x, target), atol=0
     )
-
-
-def test_compiled_search_runs_batchnorm_in_eval_mode():
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(N_FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, N_CLASSES)
-    )
-    with torch.no_grad():
-        model[1].running_mean.uniform_(-0.5, 0.5)
-        model[1].running_var.uniform_(0.5, 2.0)
-    x, target = factuals(model.eval())
-    before = model[1].running_mean.clone()
-    model.train()
-    fast = NativeGenerator(compile=True, tau=0.4).generate(model, x, target, domain=(-1.0, 1.0))
-    slow = ReferenceGenerator(tau=0.4).generate(model, x, target, domain=(-1.0, 1.0))
-    assert model.training and torch.equal(model[1].running_mean, before)
-    assert_same_search(fast, slow)
 
 
 def test_compiled_search_has_no_host_sync_per_iteration(monkeypatch):
@@ -536,35 +569,13 @@ def test_a_missing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     def no_compiler(*args, **kwargs):
         raise RuntimeError("no working C++ compiler found")
 
-    monkeypatch.setattr(compiled, "_compile", no_compiler)
+    monkeypatch.setattr(compiled, "_compiled", no_compiler)
     model = small_mlp(seed=5)
     x, target = factuals(model)
     with pytest.warns(RuntimeWarning, match="no working C\\+\\+ compiler"):
         fast = NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
     eager = NativeGenerator(compile=False, tau=0.6).generate(model, x, target, domain=(-1, 1))
     assert_same_search(fast, eager, atol=0)
-
-
-def test_auto_compiles_large_cheap_searches_whose_planned_work_repays_the_compile(monkeypatch):
-    enough = compiled.AUTO_COMPILE_STEPS["cpu"]
-    cheap, costly = (
-        small_mlp(seed=7),
-        nn.Sequential(nn.Linear(N_FEATURES, 4096), nn.ReLU(), nn.Linear(4096, N_CLASSES)),
-    )
-    big = torch.zeros(compiled.AUTO_MIN_ELEMENTS // N_FEATURES + 1, N_FEATURES)
-    assert compiled.auto_compiles(cheap, big, None, enough)
-    assert not compiled.auto_compiles(cheap, big, None, enough - 1)  # not repaid
-    assert not compiled.auto_compiles(cheap, big[:100], None, enough)  # chunks too small to pay
-    assert not compiled.auto_compiles(costly, big, None, 10 * enough)  # the model dominates
-    assert not compiled.auto_compiles(cheap, big, "bf16", enough)  # autocast stays eager
-    assert compiled.use_fused(True, cheap, big[:2], amp=None)
-    assert not compiled.use_fused(True, cheap, big[:1], amp=None)  # one row stays eager
-    assert not compiled.use_fused(True, cheap, big, amp="bf16")
-    assert not compiled.use_fused(False, cheap, big, amp=None)
-    monkeypatch.setattr(compiled, "compiler_available", lambda: False)  # torch < 2.8
-    assert not compiled.auto_compiles(cheap, big, None, 10 * enough)
-    with pytest.raises(ValueError, match="compile must be"):
-        NativeGenerator(compile="always")
 
 
 def test_a_cpu_search_without_cf_batchsize_splits_into_equal_chunks(monkeypatch):
@@ -578,7 +589,7 @@ def test_a_cpu_search_without_cf_batchsize_splits_into_equal_chunks(monkeypatch)
     assert rows(torch.empty(5_000_000, 1)) == 2_500_000  # one feature: 2^22 rows a chunk
     assert rows(torch.empty(10_000, 784, device="meta")) == 10_000  # not on a CPU: one batch
     assert generators.chunk_rows(64, torch.empty(10_000, 784)) == 64  # as set
-    # A search takes its rows in those chunks, and plans from one of them.
+    # A search takes its rows in those chunks.
     monkeypatch.setattr(generators, "CPU_CHUNK_ELEMENTS", 20 * N_FEATURES)
     monkeypatch.setattr(generators, "CPU_CHUNK_MIN_ROWS", 2)
     sizes: list[int] = []
@@ -597,72 +608,6 @@ def test_a_cpu_search_without_cf_batchsize_splits_into_equal_chunks(monkeypatch)
     whole = replace(gen, cf_batchsize=48).generate(model, x, target, domain=(-1.0, 1.0))
     assert sizes == [48]
     assert_same_search(chunked, whole)
-    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 16 * N_FEATURES + 1)
-    auto = NativeGenerator(tau=0.6)
-    assert auto.plan(model, x, 10**9)[1]["compiled"] is False  # a chunk is too small to pay
-    assert replace(auto, cf_batchsize=48).plan(model, x, 10**9)[1]["compiled"] is True
-
-
-def test_a_lone_search_below_the_plans_bar_loads_no_compiler_machinery():
-    # Counting the model's FLOPs (is the compiled step faster?) imports most of torch._dynamo,
-    # 0.9 s of a fresh process's first search; a search too small to compile never asks.
-    code = (
-        "import sys, torch; from cfbook import NativeGenerator, mlp; "
-        "x = torch.rand(400, 784) * 2 - 1; target = torch.randint(0, 10, (400,)); "
-        "NativeGenerator(maxiter=5).generate(mlp(), x, target, domain=(-1.0, 1.0)); "
-        "print('torch._dynamo' in sys.modules)"
-    )
-    assert fresh_python(code) == "False"
-    assert compiled.AUTO_MIN_ELEMENTS <= 400 * 784  # large enough to be counted, were it asked
-
-
-def test_auto_decides_a_search_from_its_own_size_and_a_run_from_its_plan(monkeypatch):
-    """A generate() call plans rows x maxiter counterfactual-steps, split into chunks as it
-    searches them; plan settles "auto" for a whole run's plan. Neither depends on what was
-    searched before: the same call compiles, or not, every time."""
-    calls = _count_compiles(monkeypatch)
-    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 0)
-    model = small_mlp(seed=8)
-    x, target = factuals(model)
-    gen = NativeGenerator(tau=0.6)  # compile="auto"
-    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", len(x) * gen.maxiter + 1)
-    first = gen.generate(model, x, target)
-    for _ in range(3):  # however much it has searched before
-        assert_same_search(gen.generate(model, x, target), first, atol=0)
-    assert not calls
-    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", len(x) * gen.maxiter)
-    again = gen.generate(model, x, target)
-    assert calls  # big enough now: compiled from its first iteration
-    assert_same_search(again, first)
-
-    def plans(generator, rows, planned_rows, saved=None):
-        planned, record = generator.plan(model, rows, planned_rows, saved)
-        assert planned.compile is record["compiled"]  # the planned generator is settled
-        assert planned.settings() == generator.settings()  # and searches the same way
-        return record["compiled"]
-
-    assert plans(gen, x, len(x)) is True
-    _, record = gen.plan(model, x, len(x))  # what a checkpoint keeps, read back on resume
-    assert record == {"compile": "auto", "compiled": True, "planned_steps": len(x) * gen.maxiter}
-    assert plans(gen, x, len(x) - 1) is False
-    assert plans(gen, x[:1], 10**9) is False  # one-row chunks never compile
-    assert plans(replace(gen, cf_batchsize=1), x, 10**9) is False
-    assert plans(NativeGenerator(compile=False), x, 10**9) is False
-    assert plans(NativeGenerator(compile=True), x[:1], 0) is True  # as set
-    assert plans(replace(gen, amp="bf16"), x, 10**9) is False  # autocast searches eagerly
-    # The chunk is the rows (48 x 12 here), not as many rows as there are features.
-    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", x.numel())
-    assert plans(gen, x, len(x)) is True
-    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", 0)
-    # A resumed run keeps the interrupted run's decision under "auto", only under "auto".
-    saved = {"compile": "auto", "compiled": False, "planned_steps": 7}
-    assert gen.plan(model, x, len(x), saved) == (replace(gen, compile=False), saved)
-    saved = {"compile": "auto", "compiled": True, "planned_steps": 7}
-    assert gen.plan(model, x, 1, saved) == (replace(gen, compile=True), saved)
-    assert plans(NativeGenerator(compile=True), x, len(x), saved) is True
-    calls.clear()  # a settled generator searches as settled, whatever its size
-    assert_same_search(replace(gen, compile=False).generate(model, x, target), first, atol=0)
-    assert not calls
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -690,7 +635,7 @@ def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
 
 
 def test_compiled_lazy_nascent_points_match_the_reference():
-    """The fused step keeps nascent points lazily (see WorkingSet): rows still within epsilon at
+    """The step keeps nascent points lazily (see SearchState): rows still within epsilon at
     the end, rows that have left it and rows written back at a compaction point must all come out
     as the reference's."""
     model = small_mlp(seed=2)
@@ -719,80 +664,17 @@ def test_compiled_searches_with_two_architectures_in_turn_each_get_their_own_gra
         assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
 
 
-def test_a_compiled_model_is_freed_with_its_graphs():
-    """The graphs are kept per model, weakly: a training script that builds a model per seed
-    must not keep every model (and its graph) alive."""
+def test_a_compiled_model_is_freed():
+    """A training script that builds a model per seed must not keep every model alive."""
     model = small_mlp(seed=11)
     x, target = factuals(model)
-    NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
-    assert model in compiled._graphs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compiled step must really run
+        NativeGenerator(compile=True, tau=0.6).generate(model, x, target)
     alive = weakref.ref(model)
     del model
     gc.collect()
     assert alive() is None
-
-
-@pytest.mark.parametrize(
-    "case", ["plain", "no cost", "domain", "mutability", "groups frozen", "groups straight"]
-)
-def test_one_fused_step_run_eagerly_is_the_eager_step(case):
-    """``fused_step`` is a plain tensor function: run without the compiler, iteration by
-    iteration, it must move every row as ``eager_step`` does (the compiled search's tests then
-    hold the compiler to it)."""
-    model = small_mlp(seed=3)
-    x0, target = factuals(model, n=32, seed=4)
-    domain = (-1.0, 1.0) if case in ("domain", "groups frozen") else None
-    mutability = MUTABILITY if case == "mutability" else None
-    groups = [[8, 9, 10], [0, 1]] if case.startswith("groups") else None
-    x0, target, c = generators.prepare_search(model, x0, target, domain, mutability, groups)
-    s = StepSettings(0.6, 0.0 if case == "no cost" else 0.05, 0.3, 0.3, None, 1.0)
-    s = replace(s, frozen=case != "groups straight")
-    eager = WorkingSet.start(x0, target, fused=False)
-    fused = WorkingSet.start(x0, target, fused=True)
-    if groups:  # as NativeGenerator._search starts a search with groups
-        offset0 = c.decode(x0) - x0
-        within0 = offset0.abs().amax(1) <= s.epsilon
-        eager.offset_sign = offset0.sign()
-        for ws in (eager, fused):
-            ws.within, ws.nascent = within0, x0.clone()
-    bounds = None if c.lower is None else (c.lower, c.upper)
-    decode = None if c.categorical is None else c.decode
-    for t in range(12):
-        phi = 0.3 * (t + 2) ** -0.9
-        eager_step(model, eager, phi, c, s)
-        with torch.no_grad():
-            fused_step(
-                model,
-                fused.x,
-                fused.x0,
-                fused.nascent,
-                fused.within,
-                fused.active,
-                fused.iterations,
-                fused.target,
-                torch.tensor(phi),
-                s.scalars(x0.device),
-                bounds,
-                c.step_bounds(x0.dtype),
-                s.lambda_cost != 0,
-                decode,
-                s.frozen,
-            )
-        # (with groups, a row that has converged keeps its state in the fused step and its
-        # decoding in the eager one: the same point)
-        assert torch.allclose(c.decode(fused.x), c.decode(eager.x), atol=1e-5), t
-        assert torch.equal(fused.active, eager.active) and torch.equal(
-            fused.iterations, eager.iterations
-        )
-        lazy, eager_nascent = fused.nascent.clone(), eager.nascent.clone()
-        copy_rows(lazy, c.decode(fused.x), fused.within)
-        copy_rows(eager_nascent, c.decode(eager.x), eager.within)
-        assert torch.allclose(lazy, eager_nascent, atol=1e-5), t
-    # The case is not trivial: rows converge, rows leave the epsilon ball, rows still search.
-    assert 0 < int(eager.active.sum()) < 32
-    assert not torch.allclose(eager_nascent, c.decode(eager.x))
-    if domain:
-        assert (eager.x.abs() == 1.0).any()
 
 
 class _Odd(nn.Module):
@@ -804,29 +686,16 @@ class _Odd(nn.Module):
         return torch.stack([z, -z], 1)
 
 
-def test_infinite_and_nan_gradients_step_alike_in_both_steps():
-    """A NaN gradient is no step; an infinite one, without a domain, the largest finite float
-    (nan_to_num's rule): the fused step as the eager one."""
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_infinite_and_nan_gradients_step_by_nan_to_num_s_rule(compile):
+    """A NaN gradient is no step; an infinite one, without a domain, the largest finite float."""
     x0 = torch.tensor([[0.0, 0.0, 0.0, 0.5]] * 2)
     target = torch.zeros(2, dtype=torch.long)
-    _, target, c = generators.prepare_search(_Odd(), x0, target, None, None)
-    s = StepSettings(0.99, 0.0, 0.1, 0.3, None, 1.0)
-    eager = WorkingSet.start(x0, target, fused=False)
-    fused = WorkingSet.start(x0, target, fused=True)
-    eager_step(_Odd(), eager, 0.5, c, s)
-    with torch.no_grad():
-        fused_step(
-            _Odd(),
-            *(fused.x, fused.x0, fused.nascent, fused.within, fused.active, fused.iterations),
-            *(fused.target, torch.tensor(0.5), s.scalars(x0.device), None, None, False),
-            None,
-            True,
-        )
+    search = NativeGenerator(maxiter=1, tau=0.99, lambda_cost=0.0, compile=compile)
+    x = search.generate(_Odd(), x0, target).counterfactual
     largest = torch.finfo(torch.float32).max
-    for x in (eager.x, fused.x):
-        assert x[:, 0].eq(0.1 * largest).all() and x[:, 1].eq(-0.1 * largest).all()
-        assert x[:, 2].eq(0.0).all() and (x[:, 3] > 0.5).all()
-    assert torch.equal(eager.x, fused.x)
+    assert x[:, 0].eq(0.1 * largest).all() and x[:, 1].eq(-0.1 * largest).all()
+    assert x[:, 2].eq(0.0).all() and (x[:, 3] > 0.5).all()
 
 
 def test_a_point_on_the_epsilon_ball_is_within_it():
@@ -862,42 +731,18 @@ def test_the_first_nascent_point_is_the_decoded_factual_only_within_epsilon(gene
     assert torch.equal(res.nascent[1], x[1])  # 0.4 from its decoding: the factual itself
 
 
-def test_the_fused_step_scalars_are_float32_whatever_the_default_dtype():
+def test_the_step_scalars_take_the_search_s_dtype_whatever_the_default_dtype():
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        scalars = StepSettings(0.75, 0.1, 0.1, 0.3, None, 1.0).scalars(torch.device("cpu"))
+        scalars = step_scalars(0.75, 0.1, 0.1, 0.3, torch.zeros(2, 3, dtype=torch.float32))
     finally:
         torch.set_default_dtype(default)
     assert scalars.dtype == torch.float32 and scalars.tolist() == pytest.approx(
         [0.75, 0.1, 0.1, 0.3]
     )
-
-
-def test_forward_flops_count_one_row_of_the_model():
-    # A linear layer's pass costs 2 * in * out FLOPs per row, whatever the batch it is given.
-    assert compiled.forward_flops(nn.Linear(4, 3), torch.zeros(5, 4)) == 24
-    mlp = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4))
-    assert compiled.forward_flops(mlp, torch.zeros(9, 12)) == 2 * 12 * 16 + 2 * 16 * 4
-
-
-def test_the_compiler_is_available_from_torch_2_8_on(monkeypatch):
-    for version, available in [("2.7.1", False), ("2.8.0", True), ("2.14.1", True)]:
-        monkeypatch.setattr(torch, "__version__", version)
-        assert compiled.compiler_available() is available, version
-
-
-def test_auto_compile_thresholds_are_inclusive():
-    # Exactly AUTO_MIN_ELEMENTS elements, and a model of exactly AUTO_MAX_FLOPS_PER_FEATURE
-    # FLOPs per feature (2 * 64 * 256 = 512 * 64), qualify; one row or one output less do not.
-    d = 64
-    rows = torch.zeros(compiled.AUTO_MIN_ELEMENTS // d, d)
-    at_limit, over = nn.Linear(d, compiled.AUTO_MAX_FLOPS_PER_FEATURE // 2), nn.Linear(d, 257)
-    steps = compiled.AUTO_COMPILE_STEPS["cpu"]
-    assert compiled.forward_flops(at_limit, rows) == compiled.AUTO_MAX_FLOPS_PER_FEATURE * d
-    assert compiled.auto_compiles(at_limit, rows, None, steps)
-    assert not compiled.auto_compiles(at_limit, rows[1:], None, steps)
-    assert not compiled.auto_compiles(over, rows, None, steps)
+    wide = step_scalars(0.6, 0.1, 0.1, 0.3, torch.zeros(2, 3, dtype=torch.float64))
+    assert wide.dtype == torch.float64 and wide.tolist() == [0.6, 0.1, 0.1, 0.3]  # exactly
 
 
 def test_the_compiled_step_runs_with_mutability_and_no_domain():
@@ -915,17 +760,6 @@ def test_the_compiled_step_runs_with_mutability_and_no_domain():
     assert torch.equal(fast.counterfactual[:, [8, 11]], x[:, [8, 11]])  # "none" held
 
 
-def test_graphs_compiled_counts_each_new_graph_once():
-    model = small_mlp(seed=13)
-    x, target = factuals(model)
-    before = compiled.graphs_compiled()
-    for _ in range(2):  # the second search reuses the graph
-        NativeGenerator(compile=True, tau=0.6).generate(model, x, target, domain=(-1, 1))
-    assert compiled.graphs_compiled() == before + 1
-    NativeGenerator(compile=True, tau=0.6).generate(model, x, target)  # no bounds: a new graph
-    assert compiled.graphs_compiled() == before + 2
-
-
 @pytest.mark.parametrize(
     "error, shown",
     [
@@ -937,7 +771,7 @@ def test_a_failed_compile_names_its_error_and_searches_eagerly(monkeypatch, erro
     def failing(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(compiled, "_compile", failing)
+    monkeypatch.setattr(compiled, "_compiled", failing)
     model = small_mlp(seed=17)
     x, target = factuals(model)
     with pytest.warns(RuntimeWarning) as caught:
@@ -1036,3 +870,13 @@ def test_per_row_energy_weights_are_checked():
         ReferenceGenerator(maxiter=2).generate(
             model, x, target, lambda_energy=[float("inf"), 1.0, 1.0, 1.0]
         )
+
+
+def test_compile_is_a_bool_and_part_of_the_settings_only_when_true():
+    """A compiled search differs from an eager one in its last bits, so a run's identity names
+    it; an eager run's settings stay as they were before the setting existed."""
+    assert "compile" not in NativeGenerator().settings()
+    assert NativeGenerator(compile=True).settings()["compile"] is True
+    for bad in ("auto", 1, None):
+        with pytest.raises(ValueError, match="compile must be True or False"):
+            NativeGenerator(compile=bad)

@@ -21,7 +21,7 @@ from conftest import make_data_dir
 from cfbook.book.profiles import get_profile
 from cfbook.book.stages import log_path, stage_checkpoint_dir
 from cfbook.data import DeviceLoader
-from cfbook.search import NativeGenerator, compiled
+from cfbook.search import NativeGenerator
 from cfbook.training.checkpoint import (
     CHECKPOINT_NAME,
     load_checkpoint,
@@ -122,17 +122,17 @@ def test_a_checkpoint_without_its_configuration_is_discarded(tmp_path: Path) -> 
     assert not (tmp_path / CHECKPOINT_NAME).exists()
 
 
-# --- exact repeats with the compiled search (compile="auto") ---------------------------------
+# --- exact repeats with the compiled search (compile=True) ---------------------------------
 
 COMPILED_RUN = Path(__file__).with_name("compiled_run.py")
 
 
 def _same_runs(a: tuple, b: tuple) -> None:
-    """Identical records (all but the epoch times) and identical weights."""
+    """Identical records (all but the epoch times), meta and weights."""
     (model_a, log_a), (model_b, log_b) = a, b
     strip = [{**dataclasses.asdict(r), "time_taken": None} for r in log_a]
     assert strip == [{**dataclasses.asdict(r), "time_taken": None} for r in log_b]
-    assert log_a.meta["search_compile"] == log_b.meta["search_compile"]
+    assert log_a.meta == log_b.meta
     for name, value in model_a.state_dict().items():
         assert torch.equal(value, model_b.state_dict()[name]), name
 
@@ -154,53 +154,43 @@ def _saved_run(out: Path) -> tuple:
 
 @pytest.mark.slow
 def test_a_killed_compiled_run_resumes_to_the_same_log_and_weights(tmp_path: Path) -> None:
-    """compile="auto" decides once, from the run's plan: the resumed process takes the path the
-    killed one took, from its first search on, and ends where an uninterrupted run ends."""
+    """A run killed mid-way and resumed in a new process, which compiles afresh, ends where an
+    uninterrupted run ends."""
     assert _run_compiled(tmp_path / "ck-whole", tmp_path / "whole") == 0
-    killed_at = 5  # past the point where an account of eager steps would have switched
+    killed_at = 5
     assert _run_compiled(tmp_path / "ck-cut", tmp_path / "cut", killed_at) == -9
     assert load_checkpoint(tmp_path / "ck-cut")["epoch"] == killed_at
     assert not (tmp_path / "cut").exists()
     assert _run_compiled(tmp_path / "ck-cut", tmp_path / "cut") == 0
     whole, resumed = _saved_run(tmp_path / "whole"), _saved_run(tmp_path / "cut")
     _same_runs(whole, resumed)
-    assert whole[1].meta["search_compile"]["compiled"] is True
+    assert whole[1].meta["generator"]["compile"] is True
 
 
-def test_a_run_repeats_whatever_searched_before_it_in_the_process(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Searches before a run (another experiment's, a notebook's) do not change its path."""
-    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", compiled_run.AUTO_MIN_ELEMENTS)
-    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", compiled_run.AUTO_COMPILE_STEPS)
+def test_a_compiled_run_repeats_whatever_searched_before_it_in_the_process() -> None:
+    """Searches before a run (another experiment's, a notebook's, eager or compiled) do not
+    change its path: which executor runs is the generator's setting, nothing else."""
     first = compiled_run.train()
     model = compiled_run.mlp(compiled_run.N_FEATURES, (16,), compiled_run.N_CLASSES)
     x = torch.rand(4 * compiled_run.NCE, compiled_run.N_FEATURES)
     target = torch.zeros(len(x), dtype=torch.long)
-    for compile in (False, "auto", False):  # more eager counterfactual-steps than the run plans
+    for compile in (False, True, False):
         NativeGenerator(compile=compile, maxiter=compiled_run.MAXITER).generate(model, x, target)
     _same_runs(first, compiled_run.train())
-    assert first[1].meta["search_compile"] == {
-        "compile": "auto",
-        "compiled": True,
-        "planned_steps": compiled_run.PLANNED,
-    }
+    # ... and the compiled run is not the eager one: the setting decides the last bits.
+    eager = compiled_run.train(compile=False)
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(first[0].parameters(), eager[0].parameters(), strict=True)
+    )
 
 
-def test_a_resumed_run_keeps_the_decision_of_the_run_it_continues(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Should the rule change between the interruption and the resume (a new cfbook, another
-    threshold), the resumed epochs still take the interrupted run's path."""
-    monkeypatch.setattr(compiled, "AUTO_MIN_ELEMENTS", compiled_run.AUTO_MIN_ELEMENTS)
-    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", compiled_run.AUTO_COMPILE_STEPS)
+def test_a_resume_with_the_other_executor_is_refused(tmp_path: Path) -> None:
+    """compile is part of the run's identity: epochs searched compiled are not continued
+    eagerly under one log, nor the other way round."""
     with pytest.raises(RuntimeError, match="interrupted after epoch 3"):
         compiled_run.train(tmp_path, raise_at=3)
-    assert load_checkpoint(tmp_path)["search_compile"]["compiled"] is True
-    monkeypatch.setitem(compiled.AUTO_COMPILE_STEPS, "cpu", 10 * compiled_run.PLANNED)
-    before = compiled.graphs_compiled()
-    _, log = compiled_run.train(tmp_path)
-    assert log.meta["search_compile"]["compiled"] is True
-    assert compiled.graphs_compiled() > before  # the resumed searches really compiled
-    _, fresh = compiled_run.train()  # a new run follows the new rule
-    assert fresh.meta["search_compile"]["compiled"] is False
+    with pytest.raises(ValueError, match="'compile': True in the checkpoint, None now"):
+        compiled_run.train(tmp_path, compile=False)
+    _, log = compiled_run.train(tmp_path)  # the same run resumes
+    assert [r.epoch for r in log] == list(range(1, compiled_run.NEPOCHS + 1))

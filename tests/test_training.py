@@ -28,8 +28,9 @@ from cfbook.training.counterfactuals import (
     NeighbourSampler,
     chunk_bounds,
     epoch_counterfactuals,
-    plan_epoch_search,
+    epoch_search,
 )
+from cfbook.training.run import TrainingRun, data_fingerprint
 
 N_FEATURES, N_CLASSES = 10, 3
 
@@ -85,10 +86,6 @@ class SpyGenerator(Generator):
 
     def settings(self):
         return self.inner.settings()
-
-    def plan(self, model, rows, planned_rows, saved=None):
-        self.inner, record = self.inner.plan(model, rows, planned_rows, saved)
-        return self, record
 
     def generate(self, model, x, target, *, domain=None, mutability=None):
         result = self.inner.generate(model, x, target, domain=domain, mutability=mutability)
@@ -327,20 +324,22 @@ def test_targets_exclude_the_predicted_class():
 
 
 def _epoch_search(model, x, y, generator, *, mutability=None, mature="neighbour"):
-    return plan_epoch_search(
-        generator,
-        model,
-        x,
-        y,
+    run = TrainingRun(
+        objective="FullObjective",
+        lambdas=(1.0, 1.0, 1.0, 1.0),
         nce=40,
-        search_epochs=1,
-        n_batches=1,
-        n_classes=N_CLASSES,
+        burnin_epochs=0,
+        generator=generator.settings(),
+        amp=None,
+        mature=mature,
+        accumulate=1,
+        fuse_cf_forwards=False,
+        world_size=1,
         domain=None,
         mutability=mutability,
-        mature=mature,
-        saved_plan=None,
+        data=data_fingerprint(x, y),
     )
+    return epoch_search(run, generator, x, y, n_batches=1, n_classes=N_CLASSES)
 
 
 def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
@@ -455,22 +454,6 @@ def test_neighbour_draws_map_to_the_class_in_data_order_and_fall_back_to_any_row
     # Class 1: u in [0, 1/3) gives row 0, [1/3, 2/3) row 2, the rest row 4 (u = 1, drawn
     # ahead, too). Absent class 2: the row at int(u * 6) of all rows sorted by class.
     assert sampler(classes, u).tolist() == [0, 2, 4, 4, 5, 3, 2, 3]
-
-
-def test_the_run_is_planned_for_the_rows_one_process_searches_per_epoch(monkeypatch):
-    x, y = toy_data()  # 90 rows, 40 counterfactuals per epoch
-    torch.manual_seed(0)
-    model = mlp(N_FEATURES, (16,), N_CLASSES)
-    seen = []
-    decide = NativeGenerator._compiles
-
-    def spy(self, setting, model, chunk, planned_steps, prepared=False):
-        seen.append((chunk.shape[0], planned_steps))
-        return decide(self, setting, model, chunk, planned_steps, prepared)
-
-    monkeypatch.setattr(NativeGenerator, "_compiles", spy)
-    _epoch_search(model, x, y, NativeGenerator(maxiter=8))
-    assert seen == [(40, 40 * 8)]
 
 
 def test_chunks_cover_all_counterfactuals_once():
@@ -790,7 +773,6 @@ def test_a_hand_written_generator_trains():
     generator = HalfwayToTheTarget(x, y)
     model, log = toy_run(FullObjective(), generator, nepochs=3, nce=30)
     assert log.meta["generator"] == {"generator": f"{__name__}.HalfwayToTheTarget"}
-    assert "search_compile" not in log.meta  # nothing to plan
     assert all(r.avg_iter == 1.0 and r.implaus is not None for r in log)
     assert 0 < log[-1].percent_valid <= 1
     # The run trained on its counterfactuals: without them the weights end elsewhere.
@@ -804,7 +786,7 @@ def test_a_generator_without_generate_is_named():
     class Nothing:
         pass
 
-    with pytest.raises(TypeError, match="the generator Nothing has no generate, settings, plan"):
+    with pytest.raises(TypeError, match="the generator Nothing has no generate, settings"):
         toy_run(FullObjective(), Nothing(), nepochs=1)
 
 

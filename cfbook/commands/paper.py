@@ -17,7 +17,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +42,6 @@ from cfbook.paper.merge import merge_results
 from cfbook.paper.settings import VARIANTS, ExperimentData, Variant, load_experiment_data
 from cfbook.paper.two_d import write_two_d
 from cfbook.progress import format_duration
-from cfbook.search import prepared
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,9 +118,6 @@ def run_variant(
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # The shipped results were made without prepared search steps, which would change their
-    # searches' float rounding (cfbook.search.prepared): this machine's must not.
-    os.environ[prepared.ENV] = prepared.OFF
     seeds = args.seeds
     scale = Scale.smoke(seeds or 2) if args.smoke else Scale.paper(seeds or 3)
     out = args.out or find_data_dir() / ("reproduction-smoke" if args.smoke else "reproduction")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -19,7 +18,6 @@ from cfbook.book.pipeline import StageFailed, run_pipeline
 from cfbook.book.profiles import PROFILES, resolve_parameters
 from cfbook.book.toc import CONFIG_FILE
 from cfbook.commands import USER_ERRORS
-from cfbook.search import prepared
 
 __all__ = ["main"]
 
@@ -71,9 +69,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the process exit status."""
     args = _parser().parse_args(argv)
-    # The shipped results were made without prepared search steps, which would change their
-    # searches' float rounding (cfbook.search.prepared): this machine's must not.
-    os.environ[prepared.ENV] = prepared.OFF
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -42,6 +42,7 @@ from cfbook.objectives import (
 )
 from cfbook.paper.files import locked, read_json
 from cfbook.paper.settings import (
+    COMPILED,
     DEFAULT_LAMBDAS,
     EPOCHS,
     EXPERIMENTS,
@@ -208,7 +209,7 @@ def _model(data: ExperimentData) -> nn.Module:
 def _as_today(config: Any) -> Any:
     """A saved stamp in today's terms: a setting added since it was saved takes the value that
     was then the only behaviour. Variants' evaluations saved before ``protected_lambdas``
-    existed (2026-12-05) trained the protected CT with its own grid's weights, "mutability"."""
+    existed trained the protected CT with its own grid's weights, "mutability"."""
     variant = config.get("variant") if isinstance(config, dict) else None
     if isinstance(variant, dict) and "protected_lambdas" not in variant:
         return {**config, "variant": {**variant, "protected_lambdas": "mutability"}}
@@ -279,7 +280,9 @@ def _train_cell(
         objective, generator, mutability = VanillaObjective(), NativeGenerator(), None
     else:
         objective = _objective(cell.training, *config["lambdas"])
-        generator = NativeGenerator(**config["search"])
+        # Whether the search runs compiled follows from the data set (COMPILED), so the stamp
+        # need not name it; the log's meta records it with the search's settings.
+        generator = NativeGenerator(**config["search"], compile=cell.data in COMPILED)
         mutability = data.protected_mutability if cell.training == "full_protected" else None
     start = time.perf_counter()
 

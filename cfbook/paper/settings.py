@@ -41,6 +41,10 @@ LAMBDA_DIV, LAMBDA_ADV = 0.5, 0.25
 # (training_params.jl:181-186; reg is `--reg_strength`, default 0.1: CT.jl objectives.jl:8-9).
 DEFAULT_LAMBDAS = (1.0, 0.5, 0.1, 0.25)
 SEARCH = {"maxiter": 30, "step_size": 0.1, "lambda_cost": 0.001, "lambda_energy": 5.0}
+# The data sets whose training-time searches run compiled (NativeGenerator(compile=True)): many
+# features searched for a hundred epochs, where the compiled step repays its compile
+# (benchmarks/README.md). The others search eagerly.
+COMPILED = ("adult", "mnist")
 TEST_TAU = {"none": 0.95, "protected": 0.5}  # eval_config.toml's decision_threshold
 
 # MNIST's protected features: the top and bottom five pixel rows (CT.jl's 1-based 1-140, 645-784).
@@ -54,7 +58,7 @@ class Experiment:
     ``protected_reg`` / ``protected_adv`` are the mutability experiment's ridge and adversarial
     weights where they differ: the recorded grids of its runs, which made the paper's protected
     numbers, train the synthetic sets without either (``evaluations/satml/mutability/mlp/<data>/
-    evaluation/grid_config.toml``, committed 2026-01-13; the configurations were emptied to
+    evaluation/grid_config.toml`` as the runs recorded them; the configurations were emptied to
     CTExperiments' defaults afterwards, ``2cf773c7`` and ``e2bab588``; the appendix's table of
     final hyperparameters is generated from the main grid's runs alone). The
     ``main_lambdas_protected`` and ``default_lambdas_protected`` variants measure the main grid's

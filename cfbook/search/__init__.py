@@ -1,8 +1,8 @@
 """The counterfactual search: the ``Generator`` protocol the rest of cfbook depends on and the
 result it returns (``interface``); the generators (``NativeGenerator`` batched on the device,
-``ReferenceGenerator`` one sample at a time); one search iteration (``step``) and its compiled
-form (``compiled``); the domain and mutability constraints; the drawing of target classes; and
-the iterates of a search for pictures (``path``).
+``ReferenceGenerator`` one sample at a time); one search iteration, written once (``step``),
+and its compiled executor (``compiled``); the domain and mutability constraints; the drawing of
+target classes; and the iterates of a search for pictures (``path``).
 
 May import torch and ``cfbook.amp``; nothing of training, evaluation, data or the book.
 """

@@ -40,16 +40,13 @@ class Constraints:
     increase_only: Tensor | None = None
     decrease_only: Tensor | None = None
     categorical: CategoricalCode | None = None
-    # The domain's one (lower, upper) where every feature has the same: the eager step clamps by
-    # two numbers, which costs about half a clamp by two vectors (the same bits).
-    interval: tuple[float, float] | None = None
 
     @property
     def has_mutability(self) -> bool:
         return self.immutable is not None
 
     def bounds(self) -> tuple[Tensor, Tensor] | None:
-        """The domain's (lower, upper) bounds, None without a domain: the compiled step's form."""
+        """The domain's (lower, upper) bounds, None without a domain: the step's form."""
         return None if self.lower is None else (self.lower, self.upper)
 
     def decode(self, x: Tensor) -> Tensor:
@@ -62,12 +59,6 @@ class Constraints:
         if self.lower is None:
             return x
         return torch.clamp(x, self.lower, self.upper)
-
-    def clamp_(self, x: Tensor) -> Tensor:
-        """Project onto the domain, in place."""
-        if self.interval is not None:
-            return x.clamp_(*self.interval)
-        return x if self.lower is None else x.clamp_(self.lower, self.upper)
 
     def mask_step(self, step: Tensor) -> Tensor:
         """Drop the parts of a step that move a feature the way it may not move."""
@@ -127,36 +118,6 @@ class CategoricalCode:
     columns: Tensor  # (C + B,): every decoded column, those of index first
     low: Tensor | None = None  # (C + B,): their domain bounds
     high: Tensor | None = None
-
-    def tensors(self) -> list[Tensor]:
-        """Its tensors, in a fixed order (None left out): the compiled step's inputs."""
-        parts = (
-            self.index,
-            self.eligible,
-            self.flat,
-            self.binary,
-            self.columns,
-            self.low,
-            self.high,
-        )
-        return [t for t in parts if t is not None]
-
-    def layout(self) -> tuple[bool, bool, bool]:
-        """Which optional parts it has: groups of two or more, one-column groups, bounds."""
-        return self.index is not None, self.binary is not None, self.low is not None
-
-    @classmethod
-    def from_tensors(cls, layout: tuple[bool, bool, bool], tensors: Sequence[Tensor]):
-        """The code back from ``tensors()`` and ``layout()`` (inside a traced graph)."""
-        has_groups, has_binary, has_bounds = layout
-        rest = list(tensors)
-        index, eligible, flat = (
-            (rest.pop(0), rest.pop(0), rest.pop(0)) if has_groups else (None,) * 3
-        )
-        binary = rest.pop(0) if has_binary else None
-        columns = rest.pop(0)
-        low, high = (rest.pop(0), rest.pop(0)) if has_bounds else (None, None)
-        return cls(index, eligible, flat, binary, columns, low, high)
 
     def decode(self, x: Tensor) -> Tensor:
         """``x`` (N x D) with every group decoded; a new tensor (``x`` is not changed)."""
@@ -333,14 +294,11 @@ def make_constraints(
 ) -> Constraints:
     """Check ``domain``, ``mutability`` and ``categorical`` against ``n_features``; place them
     on ``device``."""
-    lower = upper = interval = None
+    lower = upper = None
     host_bounds = None
     if domain is not None:
         host_bounds = domain_bounds(domain, n_features)
-        cast = host_bounds.to(dtype)  # the values the search compares with, exactly
-        if n_features and bool((cast == cast[0]).all()):
-            interval = (float(cast[0, 0]), float(cast[0, 1]))
-        bounds = cast.to(device)
+        bounds = host_bounds.to(dtype).to(device)  # the values the search compares with
         lower, upper = bounds[:, 0].contiguous(), bounds[:, 1].contiguous()
     masks: dict[str, Tensor] = {}
     if mutability is not None:
@@ -350,4 +308,4 @@ def make_constraints(
         masks = {k: m.to(device) for k, m in masks.items()}
     groups = categorical_groups(categorical, n_features)
     code = _categorical_code(groups, mutability, host_bounds, device, dtype) if groups else None
-    return Constraints(lower, upper, **masks, categorical=code, interval=interval)
+    return Constraints(lower, upper, **masks, categorical=code)

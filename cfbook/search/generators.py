@@ -8,12 +8,9 @@ against. Both implement ``cfbook.search.interface.Generator``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -26,15 +23,7 @@ from cfbook.inputs import (
     require_int,
     require_number,
 )
-from cfbook.search import prepared
-from cfbook.search.compiled import (
-    Compile,
-    Step,
-    auto_compiles,
-    check_compile,
-    compile_search,
-    use_fused,
-)
+from cfbook.search import compiled as compiled_step
 from cfbook.search.constraints import (
     CATEGORICAL_GRADIENTS,
     Categorical,
@@ -44,23 +33,19 @@ from cfbook.search.constraints import (
     make_constraints,
 )
 from cfbook.search.interface import CounterfactualResult, Generator
-from cfbook.search.pullback import PlainMLP
 from cfbook.search.step import (
     ENERGY_RIDGE,
-    StepSettings,
-    WorkingSet,
-    copy_rows,
-    eager_step,
-    not_converged,
+    SearchState,
+    StepLayout,
+    reached,
+    search_step,
+    step_scalars,
 )
 
 # Without cf_batchsize, a search on a CPU runs in chunks of equal size, as few as hold at most
 # this many numbers (rows x features) each, or CPU_CHUNK_MIN_ROWS rows where features are many:
-# past it the working set outgrows the processor's caches. 10,000 MNIST digits searched in two
-# chunks took 0.77x the time of one batch at 30 steps and 0.76x at 100, with the same bits
-# (benchmark 12, Intel Xeon, 2 threads, 2026-12-05); in unrecorded probes 20,000 in four took
-# 0.67x, and 3,000 in two 1.05x, hence no smaller chunks. The paper's largest training search,
-# 5,000 MNIST digits, stays one batch. Elsewhere a search is one batch.
+# past it the working set outgrows the processor's caches and a search of many rows in one
+# batch is slower than in chunks (benchmarks/README.md). Elsewhere a search is one batch.
 CPU_CHUNK_ELEMENTS = 2**22
 CPU_CHUNK_MIN_ROWS = 1024
 
@@ -243,37 +228,36 @@ class NativeGenerator(SearchParameters):
 
     Inside the loop nothing waits for the device; the only host synchronisations are the
     compaction points. ``cf_batchsize`` bounds the rows searched at once (peak memory); without
-    it a search on a CPU splits into chunks of at most ``CPU_CHUNK_ELEMENTS`` numbers, faster
-    there than one batch, and elsewhere searches all rows at once.
+    it a search on a CPU splits into chunks of at most ``CPU_CHUNK_ELEMENTS`` numbers and
+    elsewhere searches all rows at once.
 
-    ``compile`` picks how each iteration runs (the results agree to float rounding):
-
-    - ``"auto"`` (default): the compiled step (``cfbook.search.compiled``) where it pays, i.e. for
-      large searches with a cheap model such as the paper's MLP whose planned work reaches
-      ``AUTO_COMPILE_STEPS`` counterfactual-steps: a ``generate()`` call counts its own rows
-      x ``maxiter``, ``counterfactual_training`` its whole run's (see ``plan``), so
-      that only long runs pay for the compile; the eager step otherwise. A ``generate()`` call
-      whose layout has a prepared step on this machine (``prepare``) takes it, compiling nothing.
-    - ``True``: the compiled step whenever the model and inputs allow it (float32 without
-      ``amp``, on a CPU or a CUDA GPU, at least two rows).
-    - ``False``: always the eager step: plain autograd, the path to debug with.
-
-    A model that fails to compile warns once and is searched eagerly from then on.
+    Each iteration is ``cfbook.search.step.search_step``. ``compile=False`` (default) runs it
+    eagerly: plain PyTorch, any model, any device, the path to read and debug. ``compile=True``
+    runs it compiled by ``torch.compile`` (float32 without ``amp``, on a CPU or a CUDA GPU):
+    faster for small models searched over many rows and many searches, after a compile of
+    seconds per process; the results agree with the eager ones to float rounding. A model that
+    fails to compile warns once and is searched eagerly from then on. ``compile`` decides
+    results to the last bit, so a run's identity records it (``settings``).
     """
 
     cf_batchsize: int | None = None
     compact_every: int = 5
     amp: str | None = None
-    compile: Compile = "auto"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require_int("cf_batchsize", self.cf_batchsize, or_none=True)
         require_int("compact_every", self.compact_every)
-        check_compile(self.compile)
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be True or False, got {self.compile!r}")
 
     def settings(self) -> dict[str, float | int | str | None]:
-        return {**super().settings(), "amp": self.amp}
+        """``SearchParameters.settings`` with ``amp``, and ``compile`` when it is True."""
+        out = {**super().settings(), "amp": self.amp}
+        if self.compile:
+            out["compile"] = True
+        return out
 
     def generate(
         self,
@@ -295,31 +279,21 @@ class NativeGenerator(SearchParameters):
         eager step without compaction, so every row steps ``maxiter`` times (a converged row
         stays where it stopped) and the results are those of ``compile=False``; with groups the
         iterates after the factuals are decoded. ``lambda_energy``: one energy weight per row
-        (N,), in place of the generator's own: the rows of several energy weights searched in
-        one batch, each as in a search of its own weight (the paper's protocol searches its
-        five test-time weights so)."""
+        (N,), in place of the generator's own: rows of several energy weights searched in one
+        batch, each as in a search of its own weight."""
         x, target, constraints = prepare_search(model, x, target, domain, mutability, categorical)
         check_amp(self.amp, x.device)
         weights = row_weights(lambda_energy, x.shape[0])
         energy = None if weights is None else self.row_energy_weights(weights).to(x.device)
+        layout = self.layout(constraints, x.dtype)
         chunk = chunk_rows(self.cf_batchsize, x)
         with eval_mode(model):
-            ready = self.compile == "auto" and not record
-            compiled = not record and self._compiles(
-                self.compile,
-                model,
-                x[:chunk],
-                x.shape[0] * self.maxiter,
-                ready
-                and self._prepared(model, x[:chunk], constraints, energy is not None) is not None,
-            )
             parts = [
                 self._search(
                     model,
                     x[s : s + chunk],
                     target[s : s + chunk],
-                    constraints,
-                    compiled,
+                    layout,
                     record,
                     None if energy is None else energy[s : s + chunk],
                 )
@@ -327,102 +301,16 @@ class NativeGenerator(SearchParameters):
             ]
         return CounterfactualResult.cat(parts)
 
-    def plan(
-        self,
-        model: nn.Module,
-        rows: Tensor,
-        planned_rows: int,
-        saved: dict[str, Any] | None = None,
-        *,
-        constraints: Constraints | None = None,
-    ) -> tuple[NativeGenerator, dict[str, Any]]:
-        """``compile`` settled once (True or False) for a run of searches with rows like
-        ``rows`` (split by ``cf_batchsize`` as ``generate`` splits them) that search
-        ``planned_rows`` rows in all: ``counterfactual_training`` calls it before its first
-        epoch and uses the generator it returns for every search, so that they all take the
-        same path, whatever ran before in the process and wherever the run was resumed (an
-        interrupted run's ``saved`` decision under ``"auto"`` is kept, even if the rule has
-        changed since, or the prepared step it counted on is gone: ``compile=True`` gives its
-        bits). ``constraints``: the searches' domain and mutability, so that "auto" takes a
-        step prepared for them (``prepare``) whatever the plan, as ``generate`` does; None
-        leaves prepared steps out of the decision (``counterfactual_training`` passes None
-        across several processes, which may not share a machine and must decide alike)."""
-        if saved and self.compile == saved.get("compile") == "auto":
-            return replace(self, compile=bool(saved["compiled"])), dict(saved)
-        planned_steps = planned_rows * self.maxiter
-        chunk = rows[: chunk_rows(self.cf_batchsize, rows)]
-        with eval_mode(model):
-            ready = (
-                self.compile == "auto"
-                and constraints is not None
-                and self._prepared(model, chunk, constraints, False) is not None
-            )
-            compiled = self._compiles(self.compile, model, chunk, planned_steps, ready)
-        record = {"compile": self.compile, "compiled": compiled, "planned_steps": planned_steps}
-        if ready:
-            record["prepared"] = True
-        return replace(self, compile=compiled), record
-
-    def _compiles(
-        self,
-        setting: Compile,
-        model: nn.Module,
-        chunk: Tensor,
-        planned_steps: int,
-        prepared: bool = False,
-    ) -> bool:
-        """``setting`` settled for searches with chunks like ``chunk`` (True or False);
-        ``prepared``: a prepared step serves them (``cfbook.search.prepared``), so that a
-        compiled search costs no compile and "auto" takes it whatever the plan."""
-        if setting == "auto":
-            return auto_compiles(model, chunk, self.amp, planned_steps, prepared)
-        return setting
-
-    def _prepared(
-        self, model: nn.Module, chunk: Tensor, c: Constraints, per_row_energy: bool
-    ) -> Step | None:
-        """The prepared step for searches of ``chunk``-like rows under ``c``, if one exists
-        (none with one-hot groups or ``amp``)."""
-        if c.categorical is not None or self.amp is not None or chunk.shape[0] < 2:
-            return None
-        return prepared.step_for(
-            model,
-            chunk,
-            c.bounds(),
-            c.step_bounds(chunk.dtype),
-            self.lambda_cost != 0,
-            per_row_energy,
-        )
-
-    def prepare(
-        self,
-        model: nn.Module,
-        x: Tensor,
-        *,
-        domain: Domain = None,
-        mutability: Mutability = None,
-        per_row_energy: bool = False,
-    ) -> Path:
-        """Build and keep on disk the compiled step for searches of ``model``'s architecture
-        from rows like ``x`` (their feature count) under ``domain`` and ``mutability``, with
-        this generator's cost term on or off and, with ``per_row_energy``, one energy weight
-        per row (``generate(..., lambda_energy=...)``). From then on every such search on this
-        machine, in any process with the same torch thread count, runs it with no compile, the
-        searches of a ``counterfactual_training`` run in one process included: see
-        ``cfbook.search.prepared``. Returns the package's path. Took 10.1 s for the MNIST MLP on
-        a 2-core CPU, 18.6 s with inductor's cache cold (the first compile on a machine; benchmark
-        12)."""
-        target = torch.zeros(x.shape[0], dtype=torch.long)
-        x, _, c = prepare_search(model, x, target, domain, mutability)
-        with eval_mode(model):
-            return prepared.build(
-                model, x, c.bounds(), c.step_bounds(x.dtype), self.lambda_cost != 0, per_row_energy
-            )
-
-    def _step_settings(self) -> StepSettings:
-        scale = FP16_GRAD_SCALE if self.amp == "fp16" else 1.0
-        return StepSettings(
-            self.tau, self.lambda_cost, self.step_size, self.epsilon, self.amp, scale, self.frozen
+    def layout(self, c: Constraints, dtype: torch.dtype) -> StepLayout:
+        """What every step of a search under ``c`` shares (``StepLayout``)."""
+        return StepLayout(
+            bounds=c.bounds(),
+            step_bounds=c.step_bounds(dtype),
+            categorical=c.categorical,
+            frozen=self.frozen,
+            with_cost=self.lambda_cost != 0,
+            amp=self.amp,
+            grad_scale=FP16_GRAD_SCALE if self.amp == "fp16" else 1.0,
         )
 
     def _search(
@@ -430,102 +318,56 @@ class NativeGenerator(SearchParameters):
         model: nn.Module,
         x0: Tensor,
         target: Tensor,
-        c: Constraints,
-        compiled: bool,
+        layout: StepLayout,
         record: bool,
         energy: Tensor | None = None,
     ) -> CounterfactualResult:
-        step = None
-        if use_fused(compiled, model, x0, self.amp):
-            x0, target = x0.contiguous(), target.contiguous()  # as the graph assumes
-            step = self._prepared(model, x0, c, energy is not None) or compile_search(
-                model,
-                x0,
-                c.bounds(),
-                c.step_bounds(x0.dtype),
-                self.lambda_cost != 0,
-                categorical=c.categorical,
-                frozen=self.frozen,
-                per_row_energy=energy is not None,
-            )
-        fused = step is not None
-        mlp = None if fused else PlainMLP.of(model)
-        # The working set holds the rows still searched (all of them until the first compaction).
-        ws = WorkingSet.start(x0, target, fused=fused, energy=energy)
-        nascent0 = x0
-        if c.categorical is not None:
-            # The first point the model sees is the decoded factual; it is the first nascent
-            # point only if it lies within epsilon of the factual (else the factual is).
-            point0 = c.decode(x0)
-            offset0 = point0 - x0
-            within0 = offset0.abs().amax(1) <= self.epsilon
-            nascent0 = torch.where(within0[:, None], point0, x0)
-            ws.within, ws.nascent = within0, x0.clone()  # lazy: x0 for the rows outside
-            if not fused:
-                ws.offset_sign = offset0.sign()
-        x, nascent, within = ws.x, ws.nascent, ws.within
-        active, iterations = ws.active, ws.iterations
-        settings = self._step_settings()
-        if fused:
-            scalars = settings.scalars(x0.device)
-            phis = _energy_weights(tuple(map(self.energy_weight, range(self.maxiter))), x0.device)
-
-        @torch.no_grad()
-        def write_back() -> None:
-            """Copy the working set into the chunk's buffers (where it does not share them)."""
-            for full, part in (
-                (x, ws.x),
-                (nascent, ws.nascent),
-                (within, ws.within),
-                (active, ws.active),
-                (iterations, ws.iterations),
-            ):
-                if part is not full:
-                    full[ws.rows] = part
-
+        compiled = self.compile and not record and compiled_step.supported(model, x0, self.amp)
+        scalars = step_scalars(self.tau, self.lambda_cost, self.step_size, self.epsilon, x0)
+        phis = [
+            torch.tensor(self.energy_weight(t), dtype=x0.dtype, device=x0.device)
+            for t in range(self.maxiter)
+        ]
+        state = SearchState.start(x0, target, layout, self.epsilon, energy)
+        # Every row's results: rows that leave the batch at a compaction point are written here.
+        done = replace(state, **{name: getattr(state, name).clone() for name in _RESULTS})
         compact_at = set() if record else set(self.compaction_points())
-        path = [ws.x.detach().clone()] if record else None
+        path = [x0.clone()] if record else None
         for t in range(self.maxiter):
             if t in compact_at:
-                keep = ws.active.nonzero().squeeze(1)  # host sync: only at compaction points
-                if keep.numel() < len(ws):
-                    write_back()
-                    ws = ws.select(_at_least_two(keep, len(ws)) if fused else keep)
-                if not len(ws):
+                keep = state.active.nonzero().squeeze(1)  # host sync: only at compaction points
+                if keep.numel() < len(state):
+                    _write_back(done, state)
+                    state = state.select(_at_least_two(keep, len(state)) if compiled else keep)
+                if not len(state):
                     break
-            if fused:
-                phi = phis[t] if ws.energy is None else ws.energy[:, t : t + 1].contiguous()
-                with torch.no_grad():
-                    step(ws, phi, scalars)
-            else:
-                phi = self.energy_weight(t) if ws.energy is None else ws.energy[:, t : t + 1]
-                eager_step(model, ws, phi, c, settings, mlp)
-            if path is not None:
-                path.append(c.decode(ws.x).detach().clone())
-        if len(ws):
-            with torch.no_grad(), autocast(self.amp, x0.device):
-                probs = model(c.decode(ws.x)).float().softmax(1)
-            ws.active = ws.active & not_converged(probs, ws.target, self.tau)
-        write_back()
-        with torch.no_grad():
-            # In place, into the chunk's own buffers: a fresh N x D result would cost its pages'
-            # first touch, more than the select itself on a CPU.
-            copy_rows(nascent, c.decode(x), within)  # the lazy nascent points resolved
-            if not fused:
-                # Rows that never stepped keep x0 exactly: the eager zero step still went through
-                # the clamp, which moves an x0 outside the domain (the reference never touches it).
-                unmoved = iterations == 0
-                copy_rows(x, x0, unmoved)
-                copy_rows(nascent, nascent0, unmoved)
-        with torch.no_grad():
-            x = c.decode(x)  # the counterfactual: the search state decoded
-        if self.amp is not None:
-            # Validity is a promise about the model as it is, in full precision.
+            # A copy, not a view of the weights (see SearchState.start).
+            phi = phis[t] if state.energy is None else state.energy[:, t : t + 1].contiguous()
             with torch.no_grad():
+                stepped = None
+                if compiled:
+                    stepped = compiled_step.step(model, state, phi, scalars, layout)
+                    compiled = stepped is not None
+                if stepped is None:
+                    stepped = search_step(model, state, phi, scalars, layout)
+            state = stepped
+            if path is not None:
+                path.append(layout.decode(state.x))
+        with torch.no_grad():
+            if len(state):
+                with autocast(self.amp, x0.device):
+                    probs = model(layout.decode(state.x)).float().softmax(1)
+                state.active = state.active & ~reached(probs, state.target, self.tau)
+            _write_back(done, state)
+            nascent = done.resolve_nascent(layout)
+            x = layout.decode(done.x)  # the counterfactual: the search state decoded
+            active = done.active
+            if self.amp is not None:
+                # Validity is a promise about the model as it is, in full precision.
                 probs = model(x).float().softmax(1)
-            active = not_converged(probs, target[:, None], self.tau)
+                active = ~reached(probs, target[:, None], self.tau)
         return CounterfactualResult(
-            x, nascent, ~active, iterations, None if path is None else torch.stack(path)
+            x, nascent, ~active, done.iterations, None if path is None else torch.stack(path)
         )
 
     def compaction_points(self) -> list[int]:
@@ -535,18 +377,20 @@ class NativeGenerator(SearchParameters):
         return [t for t in range(1, self.maxiter) if t in (1, 2, 4) or t % self.compact_every == 0]
 
 
-@functools.lru_cache(maxsize=32)
-def _energy_weights(weights: tuple[float, ...], device: torch.device) -> tuple[Tensor, ...]:
-    """The compiled step's energy weights, one 0-d tensor per iteration (a view of one tensor
-    would be a costlier input), made once per schedule and device: thirty new tensors per search
-    cost as much as a compiled iteration of a small search."""
-    return tuple(torch.tensor(w, dtype=torch.float32, device=device) for w in weights)
+# What compaction writes back; the rest of a search's state does not change.
+_RESULTS = ("x", "active", "nascent", "within", "iterations")
+
+
+def _write_back(done: SearchState, state: SearchState) -> None:
+    """Copy the rows of ``state`` into the chunk's results ``done``, at their places."""
+    for name in _RESULTS:
+        getattr(done, name)[state.rows] = getattr(state, name)
 
 
 def _at_least_two(keep: Tensor, n: int) -> Tensor:
-    """``keep`` with a second, frozen row when only one is left: the compiled step treats the row
-    count as a size, and a single row would be specialised and compiled again. The frozen row
-    takes a zero step and is written back unchanged."""
+    """``keep`` with a second, converged row when only one is left: the compiled step treats the
+    row count as a size, and a single row would be specialised and compiled again. The extra
+    row keeps its point and is written back unchanged."""
     if keep.numel() != 1 or n < 2:
         return keep
     return torch.cat([keep, (keep + 1) % n])

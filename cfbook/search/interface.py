@@ -3,7 +3,7 @@
 
 The training loop and the evaluation depend on this protocol only, so a search of one's own
 plugs in beside ``NativeGenerator`` and ``ReferenceGenerator``: implement ``generate``, and
-subclass ``Generator`` to inherit the defaults of ``settings`` and ``plan``.
+subclass ``Generator`` to inherit the default ``settings``.
 """
 
 from __future__ import annotations
@@ -56,11 +56,7 @@ class Generator(Protocol):
     (sequences of column indices; ``None``: none) decoded to one category each, as
     ``NativeGenerator`` does (a search of one's own that takes no groups may leave the keyword
     out: cfbook passes it only when groups are given). ``settings`` are what decides its results:
-    logs record them and a resumed training run must match them. ``plan`` settles, once before a
-    run of searches, whatever the generator decides from the run's size (the compiled step of
-    ``NativeGenerator``); it returns the generator to use for all of them and a record of what
-    it decided (empty: nothing), which the log and the checkpoint keep. ``saved`` is that record
-    from an interrupted run being resumed, so that it continues on the same path.
+    logs record them and a resumed training run must match them.
     """
 
     def generate(
@@ -78,26 +74,15 @@ class Generator(Protocol):
         """What decides the search's results (default: the generator's type)."""
         return {"generator": f"{type(self).__module__}.{type(self).__qualname__}"}
 
-    def plan(
-        self,
-        model: nn.Module,
-        rows: Tensor,
-        planned_rows: int,
-        saved: dict[str, Any] | None = None,
-    ) -> tuple[Generator, dict[str, Any]]:
-        """The generator for a run that searches ``planned_rows`` rows in all, in chunks like
-        ``rows`` (default: itself, nothing decided)."""
-        return self, {}
-
 
 def check_generator(generator: object) -> Generator:
     """``generator`` if it implements the protocol; else an error that says what is missing."""
-    methods = ("generate", "settings", "plan")
+    methods = ("generate", "settings")
     missing = [m for m in methods if not callable(getattr(generator, m, None))]
     if missing:
         raise TypeError(
             f"the generator {type(generator).__name__} has no {', '.join(missing)}: implement "
             "generate(model, x, target, *, domain, mutability[, categorical]) and subclass "
-            "cfbook.search.Generator to inherit settings() and plan()"
+            "cfbook.search.Generator to inherit settings()"
         )
     return generator  # type: ignore[return-value]

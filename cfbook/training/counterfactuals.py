@@ -4,17 +4,16 @@ neighbours and mature counterfactuals, all on the training device."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from cfbook.evaluation.metrics import predict
 from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
-from cfbook.search.generators import NativeGenerator
 from cfbook.search.interface import Generator
 from cfbook.search.targets import draw_targets, label_levels, uniform_draws
 from cfbook.training import distributed
+from cfbook.training.run import TrainingRun
 
 #: What a counterfactual whose search did not converge contributes to the loss:
 #: ``"neighbour"`` (the CT paper's rule: it is replaced by its neighbour, so its energy
@@ -77,12 +76,10 @@ def chunk_bounds(nce: int, n_batches: int) -> list[slice]:
 
 @dataclass
 class EpochSearch:
-    """What a run's epochs need to search counterfactuals: the generator planned for the whole
-    run (``Generator.plan``) and its record, the draws' classes and neighbours, the
-    constraints, and each mini-batch's chunk of the ``nce`` counterfactuals."""
+    """What a run's epochs need to search counterfactuals: the generator, the draws' classes and
+    neighbours, the constraints, and each mini-batch's chunk of the ``nce`` counterfactuals."""
 
     generator: Generator
-    plan: dict[str, Any]
     nce: int
     rows: slice | None  # this process's share of the nce counterfactuals under DDP
     chunks: list[slice]
@@ -94,45 +91,31 @@ class EpochSearch:
     mature: str
 
 
-def plan_epoch_search(
+def epoch_search(
+    run: TrainingRun,
     generator: Generator,
-    model: nn.Module,
     x_all: Tensor,
     y_all: Tensor,
     *,
-    nce: int,
-    search_epochs: int,
     n_batches: int,
     n_classes: int,
-    domain: Domain,
-    mutability: Mutability,
-    mature: str,
-    saved_plan: dict[str, Any] | None,
 ) -> EpochSearch:
-    """The run's search: the constraints on the device, each process's share and chunks, and
-    the generator planned once for all epochs from the rows one process searches per epoch, so
-    that every process and a resumed run take the same path whatever ran before in the
-    process."""
-    world = distributed.world_size()
-    rows = distributed.shard_rows(nce) if world > 1 else None
-    share = x_all[: -(-nce // world)]  # the rows one process searches per epoch, at most
-    constraints = make_constraints(domain, mutability, x_all.shape[1], device=x_all.device)
-    # A prepared step counts in one process only: several may run on machines that differ.
-    one = world == 1 and isinstance(generator, NativeGenerator)
-    options = {"constraints": constraints} if one else {}
-    planned, plan = generator.plan(model, share, search_epochs * nce, saved_plan, **options)
+    """The search of a run that searches (``run.nce`` set), as its identity defines it: the
+    constraints on the device, and each process's share and chunks of the counterfactuals."""
+    nce = run.nce
+    rows = distributed.shard_rows(nce) if run.world_size > 1 else None
+    domain, mutability = run.domain, run.mutability
     return EpochSearch(
-        generator=planned,
-        plan=plan,
+        generator=generator,
         nce=nce,
         rows=rows,
         chunks=chunk_bounds(nce if rows is None else rows.stop - rows.start, n_batches),
         levels=label_levels(y_all),
         neighbours=NeighbourSampler(y_all, n_classes),
-        constraints=constraints,
+        constraints=make_constraints(domain, mutability, x_all.shape[1], device=x_all.device),
         domain=domain,
         mutability=mutability,
-        mature=mature,
+        mature=run.mature,
     )
 
 

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -46,7 +45,7 @@ from cfbook.training.counterfactuals import (
     EpochSearch,
     check_mature,
     epoch_counterfactuals,
-    plan_epoch_search,
+    epoch_search,
 )
 from cfbook.training.log import EpochRecord, TrainingLog
 from cfbook.training.loss import TERM_WEIGHTS, batch_loss
@@ -244,13 +243,12 @@ def _resume(
     scaler: torch.amp.GradScaler | None,
     rng: torch.Generator,
     loader: object,
-) -> tuple[int, list[EpochRecord], dict[str, Any] | None]:
+) -> tuple[int, list[EpochRecord]]:
     """Restore the last completed epoch's state, if the checkpoint belongs to this very run;
-    returns the epoch to start from, the finished epochs' records and the interrupted run's
-    search plan (see ``Generator.plan``)."""
+    returns the epoch to start from and the finished epochs' records."""
     state = load_checkpoint(checkpoint_dir)
     if state is None:
-        return 1, [], None
+        return 1, []
     run.check_resumable(state.get("run"), Path(checkpoint_dir))
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -258,7 +256,7 @@ def _resume(
         scaler.load_state_dict(state["scaler"])
     restore_rng_states(state["rng"], rng, loader)
     records = [EpochRecord(**r) for r in state["log"]]
-    return state["epoch"] + 1, records, state.get("search_compile")
+    return state["epoch"] + 1, records
 
 
 def counterfactual_training(
@@ -350,30 +348,19 @@ def counterfactual_training(
         profiler=EpochProfiler(profile_epoch, nepochs, device),
     )
     t = _set_up(model, objective, train_loader, optimizer, device, x_all, y_all, opts)
-    start, records, saved_plan = 1, [], None
+    start, records = 1, []
     if checkpoint_dir is not None:
-        start, records, saved_plan = _resume(
+        start, records = _resume(
             checkpoint_dir, run, model, optimizer, opts.scaler, t.rng, train_loader
         )
     # DDP broadcasts rank 0's weights when it wraps the model: after the resume, as before it.
     t.train_model = distributed.wrap_model(model, device)
     search = None
     if run.nce is not None:
-        search = plan_epoch_search(
-            generator,
-            model,
-            x_all,
-            y_all,
-            nce=run.nce,
-            search_epochs=nepochs - burnin_epochs,
-            n_batches=len(train_loader),
-            n_classes=n_classes,
-            domain=domain,
-            mutability=mutability,
-            mature=mature,
-            saved_plan=saved_plan,
+        search = epoch_search(
+            run, generator, x_all, y_all, n_batches=len(train_loader), n_classes=n_classes
         )
-    log = _new_log(run, nepochs, x_all.shape[0], device, search)
+    log = _new_log(run, nepochs, x_all.shape[0], device)
     log.extend(records)
     verbose = verbose if distributed.is_main() else 0
     progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
@@ -389,7 +376,7 @@ def counterfactual_training(
         if cf is not None and mature == "neighbour" and not warned_validity:
             warned_validity = _warn_low_validity(record)
         if checkpoint_dir is not None and distributed.is_main():
-            _save(t, checkpoint_dir, epoch, run, log, search)
+            _save(t, checkpoint_dir, epoch, run, log)
         _report(progress, record, verbose)
         if callback is not None:
             callback(record)
@@ -462,18 +449,14 @@ def _identity(
     )
 
 
-def _new_log(
-    run: TrainingRun, nepochs: int, n_train: int, device: torch.device, search: EpochSearch | None
-) -> TrainingLog:
-    """The log, its meta recording the run's settings and the search's plan."""
+def _new_log(run: TrainingRun, nepochs: int, n_train: int, device: torch.device) -> TrainingLog:
+    """The log, its meta recording the run's settings."""
     meta = {**run.meta(), "nepochs": nepochs, "n_train": n_train, "device": str(device)}
     log = TrainingLog(meta=meta)
     if run.world_size > 1:
         log.meta["world_size"] = run.world_size
     if run.accumulate > 1:
         log.meta["accumulate"] = run.accumulate
-    if search is not None and search.plan:
-        log.meta["search_compile"] = search.plan
     return log
 
 
@@ -520,7 +503,6 @@ def _save(
     epoch: int,
     run: TrainingRun,
     log: TrainingLog,
-    search: EpochSearch | None,
 ) -> None:
     """The epoch's checkpoint: the run's identity and every state a resumed run needs."""
     save_checkpoint(
@@ -532,7 +514,6 @@ def _save(
             "scaler": None if t.opts.scaler is None else t.opts.scaler.state_dict(),
             "rng": rng_states(t.rng, t.loader),
             "log": [asdict(r) for r in log],
-            "search_compile": None if search is None else search.plan,
         },
         checkpoint_dir,
     )
