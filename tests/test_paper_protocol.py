@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from cfbook.evaluation import protocol as protocol_module
+from cfbook.evaluation.measures import compared_measures
 from cfbook.evaluation.metrics import ip_star, mmd2
 from cfbook.evaluation.protocol import PaperProtocol, _run_measures, paper_evaluate
 from cfbook.evaluation.statistics import compare_models
 from cfbook.search.generators import NativeGenerator
+from cfbook.search.interface import CounterfactualResult, Generator
 
 
 def _by_sign(column: int, scale: float = 4.0) -> nn.Module:
@@ -74,76 +78,6 @@ def test_individuals_keep_their_classes_across_runs_and_models(toy, monkeypatch)
     assert [w["energy_weight"] for w in out["by_weight"]["ct"]] == [0.1, 5.0]
 
 
-def test_one_search_keeps_each_weights_individuals_and_searches_once_per_model(toy, monkeypatch):
-    x, y = toy
-    # The second model predicts by x2: its factuals differ from the first model's.
-    models = {"ct": _by_sign(0), "baseline": _by_sign(1)}
-    batches = []
-
-    def row_weights(self, kwargs):
-        batches.append(self.cf_batchsize)
-        return kwargs["lambda_energy"]
-
-    calls = _spy_on_searches(monkeypatch, row_weights)
-    protocol = PaperProtocol(
-        rounds=6, individuals=20, energy_weights=(0.1, 5.0), tau=0.9, one_search=True
-    )
-    out = paper_evaluate(models, x, y, protocol)
-    assert len(calls) == 2  # one batched search per model, both energy weights in it
-    assert batches == [120, 120]  # in chunks of one weight's runs
-    for i, (model, x0, target, weights, tau) in enumerate(calls):
-        assert x0.shape == (240, 2) and tau == 0.9
-        for w, weight in enumerate((0.1, 5.0)):
-            block = slice(120 * w, 120 * w + 120)  # one weight's six runs of 20 individuals
-            assert (weights[block] == weight).all()
-            first = target[block][:20]
-            assert 0 < int(first.sum()) < 20  # classes are mixed within a run
-            for r in range(6):
-                part = slice(120 * w + 20 * r, 120 * w + 20 * r + 20)
-                assert torch.equal(target[part], first)  # fixed across runs
-                factual = 1 - target[part]  # two classes: the factual class is the other one
-                assert (model(x0[part]).argmax(1) == factual).all()  # predicted as the factual
-        # Both models search for the same individuals.
-        assert torch.equal(target, calls[1 - i][2])
-    assert not torch.equal(calls[0][2][:120], calls[0][2][120:])  # each weight draws its own
-    for name in models:
-        for values in out["per_round"][name].values():
-            assert len(values) == 6
-        assert all(0.0 <= v <= 1.0 for v in out["per_round"][name]["validity"])
-    assert [w["energy_weight"] for w in out["by_weight"]["ct"]] == [0.1, 5.0]
-
-
-def test_one_search_of_all_weights_gives_each_weights_own_counterfactuals(toy):
-    # The batched search is the same as one search per energy weight, row for row: each row of
-    # a search with the weights interleaved ends where a search at its weight alone puts it
-    # (both unconstrained and under a domain, eager and compiled), though rows leave the batch
-    # at different steps and the rest move up.
-    x, y = toy
-    model = _by_sign(0, scale=2.0)  # rows converge after 6 to 17 steps
-    x0, target = x[:40], 1 - y[:40]
-    protocol = PaperProtocol(maxiter=30, energy_weights=(0.1, 10.0))
-    for compile in (False, True):
-        search = replace(protocol.generator(1.0), compile=compile)
-        for domain in (None, [(-2.0, 2.0)] * 2):
-            both = search.generate(
-                model,
-                x0.repeat_interleave(2, 0),
-                target.repeat_interleave(2),
-                domain=domain,
-                lambda_energy=[0.1, 10.0] * 40,
-            )
-            for w, weight in enumerate((0.1, 10.0)):
-                alone = replace(search, lambda_energy=weight).generate(
-                    model, x0, target, domain=domain
-                )
-                assert torch.equal(both.counterfactual[w::2], alone.counterfactual)
-                assert torch.equal(both.iterations[w::2], alone.iterations)
-                assert torch.equal(both.nascent[w::2], alone.nascent)
-            # The weights matter here and rows leave the batch at many steps.
-            assert not torch.equal(both.iterations[0::2], both.iterations[1::2])
-            assert both.iterations.unique().numel() > 5
-
-
 class _Step(nn.Module):
     """Class 1 where x1 > 1.5; ``overshoot`` is how far beyond the target class's x1 the stub
     search below puts its counterfactuals, per unit of energy weight."""
@@ -157,8 +91,7 @@ class _Step(nn.Module):
         return torch.cat([-z, z], 1)
 
 
-@pytest.mark.parametrize("one_search", [False, True])
-def test_a_hand_computed_evaluation(monkeypatch, one_search):
+def test_a_hand_computed_evaluation(monkeypatch):
     # Test points: class 0 at (0, 0), (0, 1); class 1 at (3, 0), (3, 1). The stub search moves
     # x1 to the target class's 3 or 0, and the baseline's a further w (the energy weight) past
     # it. CT: cost 3, and IP = mean L1 to the target class, |y - 0| + |y - 1| = 1 over two
@@ -169,16 +102,13 @@ def test_a_hand_computed_evaluation(monkeypatch, one_search):
     y = torch.tensor([0, 0, 1, 1])
 
     def stub(self, model, x0, target, **kwargs):
-        weight = kwargs.get("lambda_energy", torch.tensor(self.lambda_energy))
-        shift = 3.0 + model.overshoot * weight.to(x0.dtype)
+        shift = 3.0 + model.overshoot * self.lambda_energy
         cf = x0.clone()
         cf[:, 0] = torch.where(target == 1, shift, 3.0 - shift)
         return type("Found", (), {"counterfactual": cf})()
 
     monkeypatch.setattr(NativeGenerator, "generate", stub)
-    protocol = PaperProtocol(
-        rounds=3, individuals=4, energy_weights=(1.0, 2.0), ip_draws=2, one_search=one_search
-    )
+    protocol = PaperProtocol(rounds=3, individuals=4, energy_weights=(1.0, 2.0), ip_draws=2)
     out = paper_evaluate({"ct": _Step(0.0), "baseline": _Step(1.0)}, x, y, protocol)
     ct, baseline = out["per_round"]["ct"], out["per_round"]["baseline"]
     assert ct["validity"] == [1.0] * 3 and baseline["validity"] == [1.0] * 3
@@ -190,6 +120,63 @@ def test_a_hand_computed_evaluation(monkeypatch, one_search):
     table = compare_models(out["per_round"], "ct", "baseline")
     assert table["cost"]["reduction"] == pytest.approx(100 * (1 - 3.0 / 4.5))
     assert table["ip"]["reduction"] == pytest.approx(75.0)
+
+
+class _Towards(Generator):
+    """A search of one's own, no ``NativeGenerator``: each row moves ``share`` of the way to the
+    test point of its target class nearest to it (L1)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, share: float) -> None:
+        self.x, self.y, self.share = x, y, share
+
+    def generate(self, model, x, target, *, domain=None, mutability=None):
+        distance = torch.cdist(x, self.x, p=1)
+        distance[self.y[None, :] != target[:, None]] = float("inf")
+        cf = x + self.share * (self.x[distance.argmin(1)] - x)
+        n = x.shape[0]
+        return CounterfactualResult(cf, cf, torch.ones(n, dtype=torch.bool), torch.ones(n))
+
+    def settings(self):
+        return {**super().settings(), "share": self.share}
+
+
+def test_a_search_of_ones_own_is_evaluated_at_each_energy_weight():
+    # Test points: class 0 at (0, 0), (0, 1); class 1 at (3, 0), (3, 1), the model's boundary
+    # at x1 = 1.5. At weight 0.25 the search goes a quarter of the way to the nearest test
+    # point of the target class, short of the boundary: nothing valid, no cost, no IP. At 1.0
+    # it reaches that point: all valid, cost 3, IP 0.5 (L1 0 and 1 to the class's two points).
+    # A run's figures are the means over the weights of those it has.
+    x = torch.tensor([[0.0, 0.0], [0.0, 1.0], [3.0, 0.0], [3.0, 1.0]])
+    y = torch.tensor([0, 0, 1, 1])
+    protocol = PaperProtocol(rounds=3, individuals=4, energy_weights=(0.25, 1.0), ip_draws=2)
+    out = paper_evaluate(
+        {"ct": _Step(0.0)}, x, y, protocol, search=lambda w: _Towards(x, y, share=w)
+    )
+    rounds = out["per_round"]["ct"]
+    assert rounds["validity"] == [0.5] * 3
+    assert rounds["cost"] == pytest.approx([3.0] * 3)
+    assert rounds["ip"] == pytest.approx([0.5] * 3)
+    low, high = out["by_weight"]["ct"]
+    assert (low["validity"], low["cost"], low["ip"]) == (0.0, None, None)
+    assert (high["validity"], high["cost"], high["ip"]) == pytest.approx((1.0, 3.0, 0.5))
+    assert [s["share"] for s in out["search"]] == [0.25, 1.0]  # what ran, recorded
+    assert "search" not in paper_evaluate({"ct": _Step(0.0)}, x, y, protocol)
+
+
+def test_the_measures_are_the_registrys_in_its_order(toy):
+    x, y = toy
+    protocol = PaperProtocol(rounds=2, individuals=4, energy_weights=(1.0,), length_scales=(2, 0.3))
+    out = paper_evaluate({"ct": _by_sign(0)}, x, y, protocol)
+    keys = ["validity", "cost", "ip", "ip_star_2", "ip_star_0.3"]
+    assert list(out["per_round"]["ct"]) == [m.key for m in protocol.measures()] == keys
+    assert list(out["by_weight"]["ct"][0]) == ["energy_weight", *keys]
+    assert [m.lower_is_better for m in protocol.measures()] == [False, True, True, True, True]
+    assert [m.valid_only for m in protocol.measures()] == [False, True, True, True, True]
+    # The tables compare IP, IP* at the first length scale (or at each) and cost, in that order.
+    assert [m.key for m in compared_measures((2, 0.3))] == ["ip", "ip_star_2", "cost"]
+    both = compared_measures((2, 0.3), sensitivities=True)
+    assert [m.key for m in both] == ["ip", "ip_star_2", "ip_star_0.3", "cost"]
+    assert [m.label for m in compared_measures()] == ["IP", "IP*", "cost"]
 
 
 def test_measures_use_valid_counterfactuals_against_the_test_set(toy):
@@ -207,6 +194,15 @@ def test_measures_use_valid_counterfactuals_against_the_test_set(toy):
     table = compare_models(out["per_round"], "ct", "baseline")
     assert set(table) == {"cost", "ip", "ip_star_5", "ip_star_0.5"}
     assert table["cost"]["reduction"] > 0 and table["cost"]["significant"]
+
+
+def test_the_protocols_record_is_the_shipped_evaluations():
+    # Records compare settings to decide what to run again: the shipped ones must still match.
+    path = Path(__file__).resolve().parents[1] / "data/reproduction/evaluations/moons-s0.json"
+    shipped = json.loads(path.read_text(encoding="utf-8"))["unconstrained"]["protocol"]
+    record = PaperProtocol(rounds=100, individuals=250, seed=0).config()
+    assert json.loads(json.dumps(record)) == shipped
+    assert record != PaperProtocol(rounds=100, individuals=250, seed=1).config()
 
 
 def test_protocol_rejects_nonsense():
@@ -383,8 +379,7 @@ def test_ip_star_averages_the_classes_that_have_two_points_a_side():
     assert got["ip_star_1"] == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("one_search", [False, True])
-def test_whole_class_distances_give_the_gathered_points_numbers_exactly(monkeypatch, one_search):
+def test_whole_class_distances_give_the_gathered_points_numbers_exactly(monkeypatch):
     # Classes of 30, 70 and 100 test points with ip_draws 60: IP of the first two is read from
     # one distance matrix per search (their whole class; 60 of the second's 70 columns per
     # run), of the third from gathered points. Both ways give the same numbers to the last
@@ -404,7 +399,6 @@ def test_whole_class_distances_give_the_gathered_points_numbers_exactly(monkeypa
         energy_weights=(0.5, 2.0),
         ip_draws=60,
         mmd_samples=5,
-        one_search=one_search,
     )
     held = []
     original = protocol_module._WholeClasses.distances

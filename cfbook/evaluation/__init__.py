@@ -1,8 +1,9 @@
 """Evaluation with the CT paper's protocol: its test-time protocol (``protocol``:
 ``PaperProtocol``, ``paper_evaluate``), one implementation of each measure (``metrics``:
 validity, cost, IP, IP*, and ``predict`` and ``accuracy``, which training uses too), the
-evaluation rounds (``rounds``), their statistics (``statistics``: CT against the baseline, mean
-and standard error), the attacks (``attacks``: FGSM and PGD) and feature attributions by
+registry of the protocol's measures that its results, tables and figures read (``measures``),
+the evaluation rounds (``rounds``), their statistics (``statistics``: CT against the baseline,
+mean and standard error), the attacks (``attacks``: FGSM and PGD) and feature attributions by
 integrated gradients (``attribution``).
 
 May import ``cfbook.search``; nothing of training, data, the paper grid or the book.

@@ -7,23 +7,22 @@ CT.jl runs one ``benchmark`` per test-time energy weight (``evaluation_1..5/eval
 each of ``n_runs`` = 100 runs of ``n_individuals`` factuals per model. Here every run of one
 energy weight is searched in a single batch per model, so a whole evaluation is
 ``2 x len(energy_weights)`` searches rather than thousands of small ones (a search's rows are
-independent, so batching them changes no result). ``PaperProtocol(one_search=True)`` searches
-every weight's runs in one batch per model, each row at its own weight
-(``NativeGenerator.generate(..., lambda_energy=...)``): the same counterfactuals, other random
-draws.
+independent, so batching them changes no result). The search is the paper's by default and any
+``Generator`` otherwise; the measures are those of ``cfbook.evaluation.measures``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from copy import copy
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from cfbook.evaluation.metrics import cost, implausibility, ip_stars, is_valid, predict
+from cfbook.evaluation.measures import LENGTH_SCALES, Measure, Run, protocol_measures
+from cfbook.evaluation.metrics import is_valid, predict
 from cfbook.evaluation.rounds import draw_individuals, draw_rows
 from cfbook.evaluation.statistics import mean_of
 from cfbook.inputs import (
@@ -36,10 +35,9 @@ from cfbook.inputs import (
 )
 from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.generators import NativeGenerator, count_classes
+from cfbook.search.interface import Generator, check_generator
 from cfbook.search.targets import label_levels
 
-# IP*: CT.jl's code uses a Gaussian kernel of length scale 5.0, the paper's text says 0.5.
-LENGTH_SCALES = (5.0, 0.5)
 # IP reads a class's distances from one matrix per search when the class has at most this many
 # times ip_draws test points (``_WholeClasses``).
 WHOLE_CLASS = 1.25
@@ -59,10 +57,7 @@ class PaperProtocol:
     of that class (CTExperiments: ``compute_divergence(...; nsamples=ndiv=100)``), at each of
     ``length_scales``: 5.0, the code's (``globals.jl``), decides; 0.5, the text's, is reported
     as a sensitivity. ``categorical_gradient`` is how a search given one-hot groups steps
-    (``NativeGenerator``; "frozen" as CE.jl). ``one_search``: one search per model for every
-    weight's runs, each row at its weight, rather than one per weight; the counterfactuals are
-    the same, the random draws are not (every weight's are drawn before any measure), and on a
-    2-core CPU it was no faster (benchmark 10), so it is off by default."""
+    (``NativeGenerator``; "frozen" as CE.jl)."""
 
     rounds: int = 100
     individuals: int = 100
@@ -75,7 +70,6 @@ class PaperProtocol:
     length_scales: tuple[float, ...] = LENGTH_SCALES
     seed: int = 2025
     categorical_gradient: str = "frozen"
-    one_search: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rounds", "individuals", "maxiter", "ip_draws", "mmd_samples"):
@@ -89,12 +83,15 @@ class PaperProtocol:
             raise ValueError("energy_weights and length_scales must not be empty")
 
     def config(self) -> dict[str, Any]:
-        """The settings as plain values, as records and run identities keep them;
-        ``one_search`` only when it is set, so that records made before it existed match."""
-        out = asdict(self)
-        if not out["one_search"]:
-            del out["one_search"]
-        return out
+        """The settings as plain values, as records and run identities keep them."""
+        return asdict(self)
+
+    def measures(self) -> tuple[Measure, ...]:
+        """The measures of each run, in the order of the results.
+
+        Validity, cost, IP and IP* at each of ``length_scales`` (``cfbook.evaluation.measures``).
+        """
+        return protocol_measures(self.length_scales)
 
     def generator(self, lambda_energy: float) -> NativeGenerator:
         """The test-time search at one energy weight."""
@@ -108,18 +105,19 @@ class PaperProtocol:
         )
 
 
-class _References(Mapping[int, tuple[Tensor, Tensor]]):
-    """One run's reference points per target class: the test points IP compares with (up to
-    ``ip_draws``) and IP* (up to ``mmd_samples``), the first of one random order of the class.
-    The order is drawn for every class, the points gathered only for the classes a run's valid
-    counterfactuals need (with ten classes and 25 individuals, most are not needed)."""
+class _References:
+    """One run's reference points per target class (``cfbook.evaluation.measures.References``):
+    the test points IP compares with (up to ``ip_draws``) and IP* (up to ``mmd_samples``), the
+    first of one random order of the class. The order is drawn for every class, the points
+    gathered only for the classes a run's valid counterfactuals need (with ten classes and 25
+    individuals, most are not needed)."""
 
     def __init__(self, members: dict[int, Tensor], order: dict[int, Tensor], p: PaperProtocol):
         self._members, self._order, self._sizes = members, order, (p.ip_draws, p.mmd_samples)
 
-    def __getitem__(self, c: int) -> tuple[Tensor, Tensor]:
-        m = self._members[c]
-        return m[self.columns(c)], self.sample(c)
+    def near(self, c: int) -> Tensor:
+        """IP's reference points of class ``c``."""
+        return self._members[c][self.columns(c)]
 
     def columns(self, c: int) -> Tensor:
         """IP's reference points of class ``c``, as positions among the class's test points."""
@@ -130,11 +128,18 @@ class _References(Mapping[int, tuple[Tensor, Tensor]]):
         m = self._members[c]
         return m[self._order[c].to(m.device)[: self._sizes[1]]]
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._order)
 
-    def __len__(self) -> int:
-        return len(self._order)
+class _Given:
+    """Reference points given as a mapping of each class to (IP's points, IP*'s points)."""
+
+    def __init__(self, points: Mapping[int, tuple[Tensor, Tensor]]):
+        self._points = points
+
+    def near(self, c: int) -> Tensor:
+        return self._points[c][0]
+
+    def sample(self, c: int) -> Tensor:
+        return self._points[c][1]
 
 
 class _WholeClasses:
@@ -197,43 +202,24 @@ def _run_measures(
     rng: torch.Generator,
     whole: _WholeClasses | None = None,
 ) -> dict[str, float | None]:
-    """One run of one model at one energy weight: validity over all its individuals, the other
-    measures over the valid counterfactuals (None when there are none). IP is each valid
-    counterfactual's mean L1 distance to target-class test points, averaged; IP* is, per target
-    class, the MMD^2 of up to ``mmd_samples`` of its valid counterfactuals against as many
-    test points of that class, averaged over the classes with at least two of them. ``whole``
-    (with ``_References``): the distances already computed for the classes it holds."""
-    out: dict[str, float | None] = {"validity": float(valid.float().mean())}
-    keep = valid.nonzero().flatten()
-    out["cost"] = float(cost(x0[keep], cf[keep]).mean()) if keep.numel() else None
-    ip_sum, ip_count = 0.0, 0
-    stars: dict[float, list[float]] = {scale: [] for scale in protocol.length_scales}
-    valid_targets = target[keep]
-    for c in valid_targets.unique().tolist():
-        rows = keep[valid_targets == c]
-        mine = cf[rows]
-        held = None if whole is None else whole.distances(c, rows, references)
-        if held is None:
-            near, sample = references[c]  # every class of y_test has test points
-            ip_sum += implausibility(mine, near) * mine.shape[0]
-        else:
-            sample = references.sample(c)
-            ip_sum += float(held.mean()) * mine.shape[0]
-        ip_count += mine.shape[0]
-        if mine.shape[0] >= 2 and sample.shape[0] >= 2:
-            pick = torch.randperm(mine.shape[0], generator=rng)[: protocol.mmd_samples]
-            values = ip_stars(mine[pick.to(mine.device)], sample, protocol.length_scales)
-            for scale, value in zip(protocol.length_scales, values, strict=True):
-                stars[scale].append(value)
-    out["ip"] = ip_sum / ip_count if ip_count else None
-    for scale, values in stars.items():
-        out[ip_star_key(scale)] = sum(values) / len(values) if values else None
-    return out
-
-
-def ip_star_key(length_scale: float) -> str:
-    """The name of IP* at one kernel length scale in the protocol's results."""
-    return f"ip_star_{length_scale:g}"
+    """The protocol's measures of one run of one model at one energy weight
+    (``PaperProtocol.measures``): validity over all its individuals, the others over the valid
+    counterfactuals (None when there are none). ``references``: the run's reference points of
+    each target class, as ``_References`` or as a mapping to (IP's, IP*'s); ``whole`` (with
+    ``_References``): the distances already computed for the classes it holds."""
+    points = references if isinstance(references, _References) else _Given(references)
+    run = Run(
+        x0,
+        cf,
+        valid,
+        target,
+        points,
+        protocol.mmd_samples,
+        protocol.length_scales,
+        rng,
+        None if whole is None else lambda c, rows: whole.distances(c, rows, points),
+    )
+    return {m.key: m.of(run) for m in protocol.measures()}
 
 
 def _check_test_set(models: Mapping[str, nn.Module], x_test: Tensor, y_test: Tensor) -> None:
@@ -253,44 +239,35 @@ def _check_test_set(models: Mapping[str, nn.Module], x_test: Tensor, y_test: Ten
         check_label_range(y_test, n_classes, "y_test", named)
 
 
-def _search_group(
+def _search_weight(
     models: Mapping[str, nn.Module],
     predicted: Mapping[str, Tensor],
     levels: list[int],
     x_test: Tensor,
     members: dict[int, Tensor],
-    group: tuple[float, ...],
+    search: Generator,
     protocol: PaperProtocol,
     rng: torch.Generator,
     **constraints: Any,
 ) -> dict[str, tuple[Tensor, Tensor, Tensor, Tensor, list[_References]]]:
-    """The draws of each energy weight of ``group`` (individuals, each model's rows, reference
-    points), then one search per model over all of them, each row at its weight. Per model:
-    factuals, counterfactuals, validity, targets and, per weight, each run's references."""
+    """One energy weight's draws (individuals, each model's rows of every run, each run's
+    reference points), then one search per model over all its runs. Per model: factuals,
+    counterfactuals, validity, targets and each run's references."""
     n, rounds = protocol.individuals, protocol.rounds
-    people, rows, references = [], {name: [] for name in models}, []
-    for _ in group:
-        people.append(draw_individuals(predicted, levels, n, rng))
-        for name, p in predicted.items():
-            rows[name] += [draw_rows(p, people[-1].factual, rng) for _ in range(rounds)]
-        references.append(_references(members, protocol, rng))
-    target = torch.cat([p.target.repeat(rounds) for p in people]).to(x_test.device)
+    people = draw_individuals(predicted, levels, n, rng)
+    rows = {
+        name: [draw_rows(p, people.factual, rng) for _ in range(rounds)]
+        for name, p in predicted.items()
+    }
+    references = _references(members, protocol, rng)
+    target = people.target.repeat(rounds).to(x_test.device)
     # Only a search with one-hot groups needs the keyword: other generators keep working.
     if not constraints["categorical"]:
         del constraints["categorical"]
-    if len(group) == 1:
-        search, per_row = protocol.generator(group[0]), {}
-    else:
-        # Chunks of one weight's rows, as large as a search per weight: one batch of all five
-        # weights' rows was the slower on both 2-core CPUs measured, its buffers no longer in
-        # the caches (benchmark 10, eager, unchunked against chunked).
-        search = replace(protocol.generator(group[0]), cf_batchsize=rounds * n)
-        weights = torch.tensor(group, dtype=torch.float64).repeat_interleave(rounds * n)
-        per_row = {"lambda_energy": weights}
     found = {}
     for name, model in models.items():
         x0 = x_test[torch.cat(rows[name]).to(x_test.device)]
-        cf = search.generate(model, x0, target, **constraints, **per_row).counterfactual
+        cf = search.generate(model, x0, target, **constraints).counterfactual
         found[name] = (x0, cf, is_valid(model, cf, target), target, references)
     return found
 
@@ -304,20 +281,28 @@ def paper_evaluate(
     domain: Domain = None,
     mutability: Mutability = None,
     categorical: Categorical = None,
+    search: Callable[[float], Generator] | None = None,
 ) -> dict[str, Any]:
     """Counterfactual measures of each model under the paper's protocol, per run.
 
     For each energy weight (one CE.jl ``benchmark`` each), ``protocol.individuals`` individuals
     get a factual and a target class, once; each of ``protocol.rounds`` runs then draws, per
     model, a test point it predicts as each individual's factual class
-    (``cfbook.evaluation.rounds``). Each model's runs of one weight are searched in one batch
-    (with ``protocol.one_search``, those of every weight). A run's figure for a model is the
-    mean over energy weights of its per-weight figures (CT.jl averages out
-    ``lambda_energy_eval`` before it compares objectives). ``categorical`` (one-hot column
-    groups) is decoded at every search step and the measures use the decoded point, as CE.jl
-    does with ``features_categorical``. Returns ``{"per_round": {model:
-    {measure: [value or None per run]}}, "by_weight": {model: [{"energy_weight": w, measure:
-    mean over runs, ...} per weight]}, "protocol": ...}``.
+    (``cfbook.evaluation.rounds``). Each model's runs of one weight are searched in one batch.
+    A run's figure for a model is the mean over energy weights of its per-weight figures (CT.jl
+    averages out ``lambda_energy_eval`` before it compares objectives). ``categorical`` (one-hot
+    column groups) is decoded at every search step and the measures use the decoded point, as
+    CE.jl does with ``features_categorical``.
+
+    ``search`` is the test-time search: a function from an energy weight to the ``Generator``
+    that searches at it (``cfbook.search.Generator``; only its ``generate`` is called), by
+    default ``protocol.generator``, the paper's. A search of one's own does not read the
+    protocol's ``tau``, ``maxiter``, ``step_size`` and ``categorical_gradient``, so the result
+    then records its ``settings()`` at each weight under ``"search"``.
+
+    Returns ``{"per_round": {model: {measure: [value or None per run]}}, "by_weight": {model:
+    [{"energy_weight": w, measure: mean over runs, ...} per weight]}, "protocol": ...}``, the
+    measures those of ``protocol.measures()``.
     """
     if len(models) < 1:
         raise ValueError("paper_evaluate needs at least one model")
@@ -326,48 +311,45 @@ def paper_evaluate(
     levels = label_levels(y_test, "y_test").tolist()
     predicted = {name: predict(model, x_test) for name, model in models.items()}
     members = {c: x_test[y_test == c] for c in levels}
-    keys = ("validity", "cost", "ip", *map(ip_star_key, protocol.length_scales))
+    keys = [m.key for m in protocol.measures()]
     per_weight: dict[str, dict[float, dict[str, list[float | None]]]] = {m: {} for m in models}
     n, rounds = protocol.individuals, protocol.rounds
-    weights = protocol.energy_weights
-    groups = [weights] if protocol.one_search else [(w,) for w in weights]
-    for group in groups:
-        found = _search_group(
+    settings = []
+    for weight in protocol.energy_weights:
+        generator = check_generator((search or protocol.generator)(weight))
+        settings.append(generator.settings())
+        found = _search_weight(
             models,
             predicted,
             levels,
             x_test,
             members,
-            group,
+            generator,
             protocol,
             rng,
             domain=domain,
             mutability=mutability,
             categorical=categorical,
         )
-        for w, weight in enumerate(group):
-            for name in models:
-                x0, cf, valid, target, references = found[name]
-                mine = slice(w * rounds * n, (w + 1) * rounds * n)
-                whole = _WholeClasses(
-                    cf[mine], valid[mine], target[mine], members, protocol.ip_draws
+        for name in models:
+            x0, cf, valid, target, references = found[name]
+            whole = _WholeClasses(cf, valid, target, members, protocol.ip_draws)
+            figures: dict[str, list[float | None]] = {k: [] for k in keys}
+            for r in range(rounds):
+                part = slice(r * n, (r + 1) * n)
+                got = _run_measures(
+                    x0[part],
+                    cf[part],
+                    valid[part],
+                    target[part],
+                    references[r],
+                    protocol,
+                    rng,
+                    whole.run(r * n),
                 )
-                figures: dict[str, list[float | None]] = {k: [] for k in keys}
-                for r in range(rounds):
-                    part = slice((w * rounds + r) * n, (w * rounds + r + 1) * n)
-                    got = _run_measures(
-                        x0[part],
-                        cf[part],
-                        valid[part],
-                        target[part],
-                        references[w][r],
-                        protocol,
-                        rng,
-                        whole.run(r * n),
-                    )
-                    for k in keys:
-                        figures[k].append(got[k])
-                per_weight[name][weight] = figures
+                for k in keys:
+                    figures[k].append(got[k])
+            per_weight[name][weight] = figures
     per_round = {
         name: {
             k: [
@@ -385,9 +367,12 @@ def paper_evaluate(
         ]
         for name in models
     }
-    return {
+    out = {
         "protocol": protocol.config(),
         "categorical": [list(g) for g in categorical] if categorical else None,
         "per_round": per_round,
         "by_weight": by_weight,
     }
+    if search is not None:
+        out["search"] = settings
+    return out

@@ -18,17 +18,20 @@ import torch
 
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.attacks import ATTACKS
+from cfbook.evaluation.measures import COST, compared_measures
 from cfbook.evaluation.statistics import compare_rounds_or_none, mean_of, mean_se
 from cfbook.paper.files import read_json
 from cfbook.paper.settings import EXPERIMENTS
 
-# Measure -> (experiment, per-round key): IP and IP* without constraints, as in the paper's main
-# table, the cost both with the protected features (the main table's) and without (appendix).
+# Measure -> (experiment, per-round key), the compared measures of the protocol
+# (``cfbook.evaluation.measures``) with IP* at every length scale: IP and IP* without
+# constraints, as in the paper's main table, the cost both with the protected features (the
+# main table's) and without (appendix).
 MEASURES = {
-    "ip": ("unconstrained", "ip"),
-    "ip_star_5": ("unconstrained", "ip_star_5"),
-    "ip_star_0.5": ("unconstrained", "ip_star_0.5"),
-    "cost": ("protected", "cost"),
+    **{
+        m.key: ("protected" if m == COST else "unconstrained", m.key)
+        for m in compared_measures(sensitivities=True)
+    },
     "cost_unconstrained": ("unconstrained", "cost"),
 }
 
@@ -106,7 +109,7 @@ def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[
     }
 
 
-ABLATION_MEASURES = ("ip", "ip_star_5", "cost")
+ABLATION_MEASURES = tuple(m.key for m in compared_measures())
 
 
 def _ablation(evals: list[dict[str, Any]]) -> dict[str, Any]:
