@@ -101,7 +101,7 @@ def cpu_cores() -> int:
 
 
 def describe_device(device: str | torch.device) -> str:
-    """One human-readable line, e.g. 'NVIDIA H200 (CUDA 13.0)' or 'CPU: <model>, 2 cores'."""
+    """One human-readable line, e.g. '<GPU name> (CUDA <version>)' or 'CPU: <model>, 2 cores'."""
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)

@@ -48,7 +48,7 @@ class FlatImageClassifier(nn.Module):
 
 def resnet18_mnist(num_classes: int = 10) -> nn.Module:
     """torchvision ResNet-18 (random init, never downloaded weights) with a 1-channel stem."""
-    from torchvision.models import resnet18  # lazily: 1 s of import time
+    from torchvision.models import resnet18  # lazily: slow to import
 
     net = resnet18(weights=None, num_classes=num_classes)
     stem = net.conv1

@@ -3,9 +3,8 @@
 #
 #   bash scripts/gpu-check.sh
 #
-# About 6 minutes on an H200 (2026-12-04), 13 at most: each step has its own time box, and a
-# step that fails or runs out of time does not stop the next one (the script then exits
-# non-zero). It
+# Each step has its own time box (about 13 minutes in all on one GPU), and a step that fails
+# or runs out of time does not stop the next one (the script then exits non-zero). It
 #   1. runs the CUDA-only tests (pytest -m cuda; $CFBOOK_GPU_TESTS names other test paths);
 #   2. trains both stages of the `tutorial` profile and evaluates them:
 #      data/tutorial/{full,vanilla}.json, their evaluations and, with papermill, the executed

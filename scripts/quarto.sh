@@ -3,7 +3,7 @@
 # A `quarto` already on PATH (from quarto.org or conda's quarto package) is used as it is.
 # Otherwise, when the offline installer of the Quarto CLI is there (../shared/tools/quarto, or
 # $CFBOOK_QUARTO_INSTALLER), it installs Quarto once into .cache/quarto-<version> (git-ignored;
-# about 15 s, needs npm) and puts it on PATH. If neither works it says why and leaves PATH alone:
+# needs npm) and puts it on PATH. If neither works it says why and leaves PATH alone:
 # the site is then built with nbconvert, and the Quarto tests skip (on CI they fail instead).
 
 cfbook_quarto() {

@@ -114,7 +114,7 @@ def _prepare_file(raw: Path, name: str, n_samples: int, header: int, row: int) -
     """Return the uncompressed file, verified via its .gz checksum; None if neither form exists."""
     target, gz_path = raw / name, raw / f"{name}.gz"
     if gz_path.is_file():
-        from torchvision.datasets.utils import check_integrity  # lazily: 1 s of import time
+        from torchvision.datasets.utils import check_integrity  # lazily: slow to import
 
         expected = _MD5[gz_path.name]
         if not any(check_integrity(str(gz_path), md5) for md5 in expected):
@@ -251,8 +251,8 @@ def load_mnist(
     train_idx = pool_idx[: available if n is None else n]
 
     # x/255*2-1 maps [0, 255] to [-1, 1]. The 256 values are computed once on the CPU and looked
-    # up on the device: CUDA divides by a scalar through its reciprocal, which moved some pixels
-    # by one float step from the CPU's values (seen on an H200), so every device gets the same bits.
+    # up on the device: CUDA divides by a scalar through its reciprocal, which can move a pixel
+    # by one float step from the CPU's value, so every device gets the same bits.
     levels = torch.arange(256, dtype=torch.float32).div_(255.0).mul_(2.0).sub_(1.0).to(device)
 
     def to_device(images: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ of the four differ from MLJ's: sklearn draws its own blob centres (10 apart inst
 its second moon at ``0.5 - sin t`` (MLJ: ``0.3 - sin t``) and labels the outer circle 0 (MLJ: the
 inner one). Their features keep their scale, as in TaijaData. sklearn comes with the ``paper``
 extra (the grid's ``sklearn_data`` variant), not with the library, and is imported only when asked
-for: it alone took a second of ``import cfbook``.
+for: importing it would dominate ``import cfbook``.
 """
 
 from __future__ import annotations
