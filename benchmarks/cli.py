@@ -22,6 +22,7 @@ from benchmarks import (
     scaling,
     speedup,
     syncs,
+    test_command,
     throughput,
 )
 from benchmarks.common import Context, Skipped, Table
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "grid": (grid.TITLE, grid.run),
     "calibration": (calibration.TITLE, calibration.run),
     "peers": (peers.TITLE, peers.run),
+    "test_command": (test_command.TITLE, test_command.run),
 }
 
 

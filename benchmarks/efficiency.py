@@ -1,11 +1,8 @@
 """Benchmark 2: how close NativeGenerator comes to the bare cost of its forward+backward passes.
 
 Three bare baselines, each a loop of forward+backward passes with respect to the inputs (no
-loss, no step, no bookkeeping) at the search's batch size, computed as the search computes them:
-for a plain MLP by its direct path (``PlainMLP``, whose products go to oneDNN where
-``cfbook.search.onednn`` sends them, as the search's do), for any other model by autograd. Before
-2026-12-06 they were autograd's for every model: once the search's products went to oneDNN on an
-x86 CPU, an autograd baseline would have held it to MKL's slower products.
+loss, no step, no bookkeeping) at the search's batch size, computed by autograd as the search's
+step computes its input gradient:
 
 - full: ``maxiter`` passes over all rows (what a search without early stopping costs);
 - active: at iteration t, a pass over the rows still searching (``iterations > t``): the work
@@ -36,25 +33,19 @@ from benchmarks.common import (
 from benchmarks.config import CONVERGING_SEARCH, MODEL_NAMES
 from benchmarks.fixtures import DOMAIN, factuals, trained_model
 from cfbook.models import N_FEATURES
-from cfbook.search.compiled import AUTO_COMPILE_STEPS
 from cfbook.search.generators import CounterfactualResult, NativeGenerator
-from cfbook.search.pullback import PlainMLP
 
 TITLE = "2. Generator efficiency: NativeGenerator vs bare forward+backward passes"
 TARGET = 1.15  # Native time / bare passes over the active rows
 
 
 def bare_passes(model: nn.Module, x: Tensor, rows: list[int], grad_out: Tensor) -> None:
-    """One forward+backward pass w.r.t. the inputs per entry of ``rows``, over that many rows."""
-    direct = PlainMLP.of(model)
+    """One forward+backward pass w.r.t. the inputs per entry of ``rows``, over that many rows
+    (autograd: the logits of ``x[:r]`` and their gradient for the output gradient
+    ``grad_out[:r]``; no parameter gradient)."""
     for r in rows:
-        if direct is None:
-            xr = x[:r].detach().requires_grad_(True)
-            torch.autograd.grad(model(xr), xr, grad_out[:r])
-        else:
-            with torch.no_grad():
-                direct.forward(x[:r])
-                direct.pullback(grad_out[:r])
+        xr = x[:r].detach().requires_grad_(True)
+        torch.autograd.grad(model(xr), xr, grad_out[:r])
 
 
 def active_rows(iterations: Tensor, maxiter: int) -> list[int]:
@@ -82,12 +73,11 @@ def _nothing() -> None:
 
 
 def _searches(name: str, maxiter: int) -> dict[str, NativeGenerator]:
-    """Default settings (compile='auto', and the eager step for comparison), the converging
-    setting, and that setting with earlier compaction."""
+    """Default settings (the eager step), the converging setting, and that setting with earlier
+    compaction."""
     fast = CONVERGING_SEARCH[name]
     searches = {
         "default": NativeGenerator(maxiter=maxiter),
-        "default, compile=False": NativeGenerator(maxiter=maxiter, compile=False),
         "converging": NativeGenerator(maxiter=maxiter, **fast),
     }
     for k in (2, 1):
@@ -103,7 +93,7 @@ def _first_searches(
     x: Tensor,
     target: Tensor,
 ) -> dict[str, CounterfactualResult]:
-    """Run each search once: the warm-up (a compiled step compiles here) and the row schedules."""
+    """Run each search once: the warm-up and the row schedules."""
     return {s: gen.generate(model, x, target, domain=DOMAIN) for s, gen in searches.items()}
 
 
@@ -156,12 +146,6 @@ def run(ctx: Context) -> list[Table]:
         x, target = factuals(ctx, model, n)
         grad_out = torch.randn(n, 10, generator=torch.Generator().manual_seed(1)).to(ctx.device)
         searches = _searches(name, maxiter)
-        # compile='auto' as a training run long enough to repay the compile settles it (it
-        # never compiles ResNet-18).
-        planned = AUTO_COMPILE_STEPS[ctx.device.type]
-        searches = {
-            s: gen.plan(model, x, -(-planned // gen.maxiter))[0] for s, gen in searches.items()
-        }
         results = _first_searches(searches, model, x, target)
         schedules = {
             s: (
@@ -235,9 +219,8 @@ def run(ctx: Context) -> list[Table]:
         "of maxiter x batch; active = the rows that still step, scheduled = the rows Native "
         "carries because it drops converged rows only at compaction points.",
         "Bare passes: the logits of x[:r] and their gradient w.r.t. x[:r] for a fixed output "
-        "gradient, nothing else, computed as the search computes them: by its direct path for "
-        "the MLP (PlainMLP, with oneDNN's products where cfbook.search.onednn sends them), by "
-        "autograd for ResNet-18; identical row schedules are timed once and shared.",
+        "gradient, nothing else, by autograd (as the search's step computes its input "
+        "gradient); identical row schedules are timed once and shared.",
         "Bookkeeping / iteration = (Native - bare schedule) / iterations run: the loss gradient "
         "on the logits, cost and energy terms, NaN guard, domain clamp, row masking and the "
         "epsilon-ball test for the nascent point. The eager step spends about ten elementwise "
@@ -248,11 +231,8 @@ def run(ctx: Context) -> list[Table]:
         "new iterate and nascent point, about 25 vector operations per 8 numbers: even fused, "
         "about a fifth to a quarter of a bare pass, so above 1.15x.",
         "compact_every rows: the same converging search with earlier compaction (more host "
-        "reads of the active set, fewer rows carried after they converged). Every row but "
-        "compile=False runs compile='auto' as a training run long enough to repay the compile "
-        "settles it (NativeGenerator.plan): the compiled step for the MLP at this "
-        "batch size and the eager one for ResNet-18 (the first call, which compiles, is the "
-        "warm-up); compile=False: the eager step. Benchmark 9 compares the two at more sizes "
-        "and thread counts.",
+        "reads of the active set, fewer rows carried after they converged). Every row runs the "
+        "default eager step (NativeGenerator(compile=False)); the fused benchmark compares it "
+        "with the compiled step.",
     ]
     return [table, targets]

@@ -1,10 +1,11 @@
-"""Benchmark 9: the compiled search step (``cfbook.search.compiled``) against bare passes.
+"""Benchmark 9: the compiled executor (``NativeGenerator(compile=True)``) against the eager one
+(``compile=False``, the default) and against bare passes.
 
 Three tables:
 
 1. Time per counterfactual-step of the whole search (``NativeGenerator.generate``) with the eager
-   and the compiled step, next to bare forward+backward passes over the same rows, for each model,
-   batch size and thread count, timed side by side in one run.
+   and the compiled executor, next to bare forward+backward passes over the same rows, for each
+   model, batch size and thread count, timed side by side in one run.
 2. Compile time on its own: the first search in a fresh process with a cold inductor cache (a new
    machine) and with a warm one (any later run), against the same process's later searches.
 3. CT training epochs with the compile cost included: each generator trains in a fresh process,
@@ -36,13 +37,10 @@ from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, factuals, fresh_model, trained_model
 from benchmarks.overhead import Trainer
 from cfbook.objectives import FullObjective
-from cfbook.search.compiled import AUTO_COMPILE_STEPS, auto_compiles, graphs_compiled
 from cfbook.search.generators import NativeGenerator
 
 TITLE = "9. Compiled search step: time per counterfactual-step, compile time, training epochs"
-TARGET = 1.5  # whole MLP search at N = 1,024 (2 threads) / its bare forward+backward passes
-RELAX_US = 1.9  # ReLax (JAX, jit + vmap) on a 2-core CPU, same MLP, 1,000 digits (issue 10)
-RELAX_BARE_US = 1.15  # a bare MLP pass per counterfactual-step on that machine (issue 10)
+TARGET = 1.5  # whole compiled MLP search at N = 1,024 / its bare forward+backward passes
 TARGET_N = 1024
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,12 +61,13 @@ def _bare(model: nn.Module, x: Tensor, grad_out: Tensor, maxiter: int, chunk: in
         bare_passes(model, x[s : s + rows], [rows] * maxiter, grad_out[s : s + rows])
 
 
-class ThroughAutograd(nn.Sequential):
-    """The same layers as an ``nn.Sequential``, in a subclass: the eager step takes autograd."""
-
-
 def _nothing() -> None:
     """Warm-up of a case whose first call already ran (or needs none)."""
+
+
+def graphs_compiled() -> int:
+    """Graphs torch.compile has compiled in this process so far (dynamo's own count)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 def _per_step(seconds: float, n: int, maxiter: int) -> str:
@@ -86,15 +85,12 @@ def _step_table(ctx: Context, targets: Table) -> Table:
             "N",
             "threads",
             "maxiter",
-            "auto compiles",
             "eager µs",
-            "eager, autograd µs",
             "compiled µs",
             "bare µs",
             "eager / bare",
             "compiled / bare",
             "compiled vs eager",
-            "eager vs autograd",
             "repeats",
         ],
     )
@@ -118,30 +114,18 @@ def _step_table(ctx: Context, targets: Table) -> Table:
     finally:
         torch.set_num_threads(before)
     table.notes += [
-        "eager: NativeGenerator(compile=False); compiled: compile=True (the MLP only: for "
-        "ResNet-18 the model's passes are nearly all of the time, and compiling them would take "
-        "minutes); auto compiles: whether compile='auto' (the default) compiles such searches: a "
-        "generate() call of this size (rows x maxiter counterfactual-steps), or only a training "
-        "run whose searches plan at least "
-        f"{AUTO_COMPILE_STEPS[ctx.device.type]:,} counterfactual-steps (in brackets: the eager "
-        "seconds those would take at this row's speed). All three include "
+        "eager: NativeGenerator(compile=False), the default; compiled: compile=True (the MLP "
+        "only: for ResNet-18 the model's passes are nearly all of the time, and compiling them "
+        "would take minutes), after its first call (table 2 times the compile). Both include "
         "the whole generate() call (argument checks, compaction reads, the final convergence "
         "check), which is why a search at maxiter 1-3 sits above its bare passes by about one "
         "extra forward pass.",
         "bare: model(x) and autograd.grad w.r.t. x with a fixed output gradient, maxiter times "
         "over the same rows (in chunks of cf_batchsize where the search uses chunks).",
-        "eager, autograd: the same eager search with the MLP's layers in a subclass of "
-        "nn.Sequential, which makes the eager step take autograd; the eager column's MLP takes "
-        "the direct path of cfbook.search.pullback (autograd's kernels without its engine, the "
-        "same results bit for bit).",
         f"Larger N than the {sizes.n_data} loaded digits repeats them. ResNet-18 searches in "
         f"chunks of {sizes.fused_chunk['resnet18']} rows (cf_batchsize), so its N = 10,000 costs "
         "about ten times its chunk-sized search; to keep the run short it is timed once, with "
-        "two threads only.",
-        f"ReLax (JAX, jit + vmap, one XLA program) on a 2-core CPU with the same MLP and 1,000 "
-        f"digits: {RELAX_US} µs per counterfactual-step, where a bare pass took {RELAX_BARE_US} "
-        f"µs (issue 10), i.e. {RELAX_US / RELAX_BARE_US:.2f}x its bare passes. That was another "
-        "machine: compare the ratios to bare passes, not the microseconds.",
+        "two threads only. The peers benchmark times the same MLP search against ReLax.",
     ]
     return table
 
@@ -162,18 +146,13 @@ def _step_row(
     n = x.shape[0]
     kwargs = {"domain": DOMAIN}
     gens = {"eager": NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=False)}
-    models = {"eager": model}
     if name == "mlp":
         gens["compiled"] = NativeGenerator(maxiter=maxiter, cf_batchsize=chunk, compile=True)
-        gens["autograd"] = gens["eager"]
-        models.update(compiled=model, autograd=ThroughAutograd(*model))
-    steps = AUTO_COMPILE_STEPS[ctx.device.type]
-    auto = auto_compiles(model, x[:chunk], None, steps)  # for a run that plans enough steps
     heavy = n * maxiter > ctx.sizes.fused_heavy[name]
     cases = {
         k: Case(
-            partial(g.generate, models[k], x, target, **kwargs),
-            warmup=partial(g.generate, models[k], x[:chunk], target[:chunk], **kwargs),
+            partial(g.generate, model, x, target, **kwargs),
+            warmup=partial(g.generate, model, x[:chunk], target[:chunk], **kwargs),
         )
         for k, g in gens.items()
     }
@@ -189,28 +168,18 @@ def _step_row(
     )
     bare = timings["bare"].median
     eager = timings["eager"].median
-    if not auto:
-        path = "never"
-    elif auto_compiles(model, x[:chunk], None, n * maxiter):
-        path = "yes"
-    else:
-        path = f"in runs of {steps / 1e6:g}M steps ({steps * eager / (n * maxiter):.0f} s)"
     compiled = timings["compiled"].median if "compiled" in timings else None
-    autograd = timings["autograd"].median if "autograd" in timings else None
     table.add(
         name,
         n,
         threads,
         maxiter,
-        path,
         _per_step(eager, n, maxiter),
-        "-" if autograd is None else _per_step(autograd, n, maxiter),
         "-" if compiled is None else _per_step(compiled, n, maxiter),
         _per_step(bare, n, maxiter),
         fmt_ratio(eager / bare),
         "-" if compiled is None else fmt_ratio(compiled / bare),
         "-" if compiled is None else f"{eager / compiled:.2f}x faster",
-        "-" if autograd is None else f"{autograd / eager:.2f}x faster",
         timings["eager"].repeats,
     )
     main_threads = max(ctx.sizes.fused_threads) if ctx.device.type == "cpu" else threads
@@ -221,20 +190,10 @@ def _step_row(
             f"MLP, N = {n}, {threads} threads: whole search <= {TARGET}x its bare passes",
             fmt_ratio(ratio),
             check(ratio <= TARGET),
-            f"{per_step:.2f} µs per counterfactual-step (bare {1e6 * bare / (n * maxiter):.2f}); "
-            f"ReLax {RELAX_US / RELAX_BARE_US:.2f}x its bare passes. Beyond the passes: one "
-            "memory-bound loop over the N x 784 iterate per iteration (read x, x0, the gradient "
-            "and the lazy nascent point, write x and nascent), the compiled call (inductor's "
-            "wrapper, called without torch.compile's guards), compaction reads and the final "
-            "convergence check. The ratio moved by about 0.15 between full runs on this shared "
-            "machine",
-        )
-    if name == "resnet18" and n == TARGET_N and threads == main_threads:
-        targets.add(
-            f"ResNet-18, N = {n}: the default never compiles (no regression, no compile)",
-            path,
-            check(not auto),
-            f"eager / bare {eager / bare:.2f}x at maxiter {maxiter} (see benchmark 2 for 30)",
+            f"{per_step:.2f} µs per counterfactual-step (bare {1e6 * bare / (n * maxiter):.2f}). "
+            "Beyond the passes: the update's memory-bound loops over the N x 784 iterate (read "
+            "x, x0, the gradient and the lazy nascent point, write x and nascent), the compiled "
+            "call with torch.compile's guards, compaction reads and the final convergence check",
         )
 
 
@@ -329,8 +288,7 @@ def _compile_table(ctx: Context) -> Table:
                 "-" if r["probes"] is None else fmt_seconds(r["probes"]),
                 r["graphs"],
             )
-    # In this process the graph exists: another model of the same architecture is traced again
-    # and finds it in inductor's cache.
+    # In this process the graph exists: does another model of the same architecture reuse it?
     model = trained_model(ctx, "mlp")
     x, target = _inputs(ctx, model, TARGET_N)
     gen = NativeGenerator(compile=True)
@@ -354,10 +312,10 @@ def _compile_table(ctx: Context) -> Table:
     table.notes += [
         "One graph serves every batch size (the row count is a symbol), every tau, lambda, step "
         "size and energy weight (tensor inputs) and every later search of the same model "
-        "(parameters are inputs). Another model of the same architecture (the next seed, say) "
-        "is traced again and finds its graph in inductor's cache: the last row. A new "
-        "architecture, constraint layout (domain or not, mutability or not) or torch thread "
-        "count compiles once more.",
+        "(parameters are inputs); the last row asks whether another model of the same "
+        "architecture (the next seed, say) reuses it. A new architecture, constraint layout "
+        "(domain or not, mutability or not) or torch thread count compiles once more. Graphs "
+        "compiled: torch.compile's own count in the process (dynamo's unique_graphs).",
         "The inductor cache lives in /tmp/torchinductor_$USER unless TORCHINDUCTOR_CACHE_DIR "
         "says otherwise; only the cold row's compile is paid once per machine.",
         "Of which ISA probes: before its first CPU kernel, inductor compiles and loads a test "
@@ -399,11 +357,11 @@ def _epoch_table(ctx: Context) -> Table:
             f"total, {epochs} epochs",
             "graphs compiled",
             "compile repaid after",
-            "repaid after, planned steps",
+            "repaid after, counterfactual-steps",
         ],
     )
     base = {"probe": "epochs", "device": str(ctx.device), "quick": ctx.quick, "epochs": epochs}
-    runs = {"eager (compile=False)": (False, None), "auto (the default)": ("auto", None)}
+    runs: dict[str, tuple[bool, str | None]] = {"eager (compile=False)": (False, None)}
     with tempfile.TemporaryDirectory(prefix="cfbook-inductor-") as cache:
         runs["compiled, cold cache"] = (True, cache)
         runs["compiled, warm cache"] = (True, cache)
@@ -422,7 +380,7 @@ def _epoch_table(ctx: Context) -> Table:
             repaid, steps = "never (no saving)", "-"
             if saving > 0:
                 repaid = f"{extra / saving:.0f} epochs"
-                steps = f"{extra / saving * per_epoch / 1e6:.1f}M"
+                steps = f"{extra / saving * per_epoch:,.0f}"
         table.add(
             label,
             fmt_seconds(r["times"][0]),
@@ -439,12 +397,10 @@ def _epoch_table(ctx: Context) -> Table:
         "has caught up.",
         "The search is one part of an epoch; its share, and so the saving per epoch, grows with "
         "nce (the paper's MNIST run searches 5,000 counterfactuals per epoch for 100 epochs).",
-        f"Repaid after, planned steps: the same in counterfactual-steps planned ({per_epoch:,} "
-        "an epoch: nce x maxiter), the measure compile='auto' decides by: a training run "
-        "compiles from its first search if its search epochs x nce x maxiter reach "
-        f"{AUTO_COMPILE_STEPS[ctx.device.type]:,} (AUTO_COMPILE_STEPS), and searches eagerly "
-        "throughout otherwise. Each epoch here is its own counterfactual_training call, a run "
-        "that plans one epoch: auto never compiles it (graphs compiled 0).",
+        f"Repaid after, counterfactual-steps: the same in counterfactual-steps ({per_epoch:,} "
+        "an epoch: nce x maxiter), a measure that carries over to other nce and epochs. Each "
+        "epoch is its own counterfactual_training call in the same process: the compile is "
+        "paid once, in epoch 1.",
     ]
     return table
 

@@ -1,14 +1,12 @@
 """Benchmark 10: the paper grid's two levers, measured side by side, and the grid's own time.
 
-- The evaluation searches every round of every test-time energy weight in one batch per model
-  (``paper_evaluate``); CT.jl's benchmark searches round by round, and cfbook's protocol until
-  2026-12-03 searched one batch per weight. All are timed here on the same factuals and targets
-  (Adult: 100 rounds of 100 factuals per weight), the single search with its first call (which
-  compiles, where ``compile="auto"`` decides so) reported on its own.
+- The evaluation searches every round of one test-time energy weight in one batch per model
+  (``paper_evaluate``); CT.jl's benchmark searches round by round. Both are timed here on the
+  same factuals and targets (Adult: 100 rounds of 100 factuals).
 - The training-time search of a tabular cell (Adult: 5,000 counterfactuals, 30 steps) with the
-  compiled step against the eager one.
+  compiled executor against the eager one.
 - MNIST's measures: IP read from one distance matrix per class and search against IP from the
-  reference points gathered per run and class (the protocol before 2026-12-03).
+  reference points gathered per run and class (the earlier protocol).
 
 The grid's total and per-data-set times come from the result files of the last
 ``python -m cfbook.commands.paper`` run (``data/reproduction/results.json``): a whole-process
@@ -18,7 +16,6 @@ measurement that cannot run side by side with anything.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -125,7 +122,6 @@ def run(ctx: Context) -> list[Table]:
         columns=("search", "vs one batch"),
         reference="one batch",
     )
-    weights = _all_weights(ctx, data, model, x, target, search)
 
     nce = 1000 if ctx.quick else EXPERIMENTS["adult"].nce
     train_search = NativeGenerator(**SEARCH, tau=EXPERIMENTS["adult"].tau)
@@ -181,70 +177,13 @@ def run(ctx: Context) -> list[Table]:
             "Seconds inside the cells and evaluations; the command's wall time adds loading the "
             "data once per data set and starting Python (see RESULTS.md's note for the run)."
         )
-    return [table, weights, compiled, measures, grid, targets]
-
-
-def _all_weights(ctx: Context, data, model, x, target, search: NativeGenerator) -> Table:
-    """The five test-time energy weights: one search per weight (the protocol before
-    2026-12-03) against one search of every weight's rows, each with its own weight."""
-    weights = PaperProtocol().energy_weights
-    xs, ts = x.repeat(len(weights), 1), target.repeat(len(weights))
-    per_row = torch.tensor(weights).repeat_interleave(x.shape[0])
-
-    def per_weight() -> None:
-        for w in weights:
-            replace(search, lambda_energy=w).generate(model, x, target, domain=data.domain)
-
-    def one(compile: bool | str, chunk: int | None = None):
-        return partial(
-            replace(search, compile=compile, cf_batchsize=chunk).generate,
-            model,
-            xs,
-            ts,
-            domain=data.domain,
-            lambda_energy=per_row,
-        )
-
-    first = {}
-    for name, fn in (("one search, default compile", one("auto")), ("per weight", per_weight)):
-        start = time.perf_counter()
-        fn()
-        first[name] = time.perf_counter() - start
-    cases = {
-        "one search per weight": Case(per_weight, warmup=lambda: None),
-        "one search (default compile)": Case(one("auto"), warmup=lambda: None),
-        "one search (default compile, chunks of one weight)": Case(one("auto", x.shape[0])),
-        "one search (eager)": Case(one(False)),
-        "one search (eager, chunks of one weight)": Case(one(False, x.shape[0])),
-    }
-    table, _ = _timed_table(
-        ctx,
-        cases,
-        log=f"five energy weights: {len(weights)} searches of {x.shape[0]} rows vs one",
-        label="energy weights in one search",
-        title=f"Adult, five test-time energy weights: {x.shape[0]:,} rows each, 50 steps",
-        columns=("search", "vs one per weight"),
-        reference="one search per weight",
-    )
-    table.notes.append(
-        "Adult's one-hot groups are left free here, as in the table above; the grid decodes them."
-    )
-    table.notes.append(
-        f"First calls: one search with the default {first['one search, default compile']:.2f} s "
-        f"(compile='auto' decides {'to compile' if _compiles(search, model, xs) else 'eager'}"
-        f"), one search per weight {first['per weight']:.2f} s."
-    )
-    return table
-
-
-def _compiles(search: NativeGenerator, model, x) -> bool:
-    return search.plan(model, x, x.shape[0])[1]["compiled"]
+    return [table, compiled, measures, grid, targets]
 
 
 @contextmanager
 def _whole_classes(factor: float) -> Iterator[None]:
     """The protocol with IP's whole-class distances held for classes of up to ``factor`` x
-    ``ip_draws`` test points (0: none, every class gathered run by run as before 2026-12-03)."""
+    ``ip_draws`` test points (0: none, every class gathered run by run, the earlier protocol)."""
     saved = protocol_module.WHOLE_CLASS
     protocol_module.WHOLE_CLASS = factor
     try:

@@ -24,7 +24,6 @@ from benchmarks.efficiency import bare_passes
 from benchmarks.fixtures import DOMAIN, mnist, trained_model
 from cfbook.data import DeviceLoader
 from cfbook.objectives import FullObjective, Objective, VanillaObjective
-from cfbook.search.compiled import Compile
 from cfbook.search.generators import NativeGenerator
 from cfbook.training import counterfactual_training
 from cfbook.training.log import EpochRecord
@@ -43,7 +42,7 @@ class Trainer:
         objective: Objective,
         setup: TrainSetup,
         amp: str | None = None,
-        compile: Compile = "auto",
+        compile: bool = False,
     ) -> None:
         data = mnist(ctx)
         x, y = data.x[: setup.n].to(ctx.device), data.y[: setup.n].to(ctx.device)

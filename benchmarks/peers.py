@@ -1,6 +1,10 @@
 """Benchmark 12 (CPU): cfbook's search against ReLax's ``VanillaCF``, the JAX library of batched
 counterfactual search, on the same problem, measured side by side in one run.
 
+cfbook searches with its eager executor (``NativeGenerator()``, the default) and with its
+compiled one (``compile=True``): its first call in a process, with inductor's cache cold and
+warm, beside ReLax's first call (which compiles with XLA), and the later calls of each.
+
 The parent writes one problem (a partially trained 784-32-10 MLP's weights, MNIST digits and
 target classes) and starts every measurement in a process of its own (``benchmarks.peer_side``),
 so torch's and XLA's thread pools never meet and a first call is first in its process. Both
@@ -22,24 +26,29 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from benchmarks.common import Context, Skipped, Table, fmt_ratio, fmt_seconds
+from benchmarks.common import Context, Skipped, Table, Value, check, fmt_ratio, fmt_seconds
 from benchmarks.fixtures import SEED, trained_model
+from cfbook.book.benchmarks import benchmark_record
 from cfbook.data import load_mnist
 from cfbook.evaluation.metrics import predict
-from cfbook.search import onednn, prepared
 from cfbook.search.generators import CPU_CHUNK_ELEMENTS, chunk_rows
 
 TITLE = "12. Against ReLax: the same search problem, side by side"
 PEERS = ("jax", "relax", "nbdev", "fastcore")
+ROOT = Path(__file__).resolve().parents[1]
 SIZES = {False: ((100, 1000, 10000), (30, 100)), True: ((100, 1000), (10,))}  # by ctx.quick
 # Each side is measured this many times per size, in alternating order (A B C, then C B A), each
-# time in a fresh process: on a shared machine the load drifts over minutes, and one process per
-# side once moved ReLax's own time by 1.75x between two runs of the benchmark (2026-12-06).
+# time in a fresh process: on a shared machine the load drifts over minutes.
 ROUNDS = 3
+TARGET = 1.0  # the compiled executor's later calls / ReLax's
+TARGET_ROWS = (1000, 10000)
+# The table of the eager default before the search's rewrite, carried from record to record.
+BEFORE_TITLE = "The eager default before the rewrite"
 
 
 def missing_peers() -> list[str]:
@@ -68,34 +77,29 @@ def write_problem(ctx: Context, n: int, path: Path) -> None:
     )
 
 
-def measure(ctx: Context, side: str, problem: Path, n: int, steps: int, **options: str) -> dict:
+def measure(
+    ctx: Context, side: str, problem: Path, n: int, steps: int, cache: str | None = None
+) -> dict[str, Any]:
     """One measurement in a fresh process: its first call and the median of the later ones.
-    cfbook's searches see no prepared step unless ``prepared`` names the folder of one."""
-    command = [sys.executable, "-m", "benchmarks.peer_side", side, str(problem)]
+    ``side``: "relax", "eager" or "compiled"; ``cache``: inductor's on-disk cache folder (a
+    fresh one makes a cold compile)."""
+    library = "relax" if side == "relax" else "cfbook"
+    command = [sys.executable, "-m", "benchmarks.peer_side", library, str(problem)]
     command += ["--n", str(n), "--steps", str(steps)]
     command += ["--repeats", str(ctx.sizes.max_repeats), "--budget", str(ctx.sizes.budget_s)]
     command += ["--threads", str(torch.get_num_threads())]
-    env = {**os.environ, "CFBOOK_PREPARED_DIR": prepared.OFF}
-    for key, value in options.items():
-        if key == "cache":  # inductor's on-disk cache: a fresh folder makes a cold compile
-            env["TORCHINDUCTOR_CACHE_DIR"] = value
-        elif key == "prepared":
-            env["CFBOOK_PREPARED_DIR"] = value
-        else:  # an empty value: a flag
-            command += [f"--{key}", value] if value else [f"--{key}"]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if side == "compiled":
+        command.append("--compile")
+    env = dict(os.environ)
+    if cache is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = cache
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{side} side failed (n={n}, steps={steps}):\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    if side == "prepare":
-        ctx.log(f"peers: prepared step built in {result['seconds']:.1f} s")
-        return result
-    if side == "products":
-        ctx.log(f"peers products {options} n={n}: {result}")
-        return result
     result["median"] = float(np.median(result["times"]))
     ctx.log(
-        f"peers {side} {options or ''} n={n} steps={steps}: first {result['first']:.3f} s, "
+        f"peers {side} n={n} steps={steps}: first {result['first']:.3f} s, "
         f"then {result['median']:.4f} s (median of {len(result['times'])})"
     )
     return result
@@ -103,12 +107,52 @@ def measure(ctx: Context, side: str, problem: Path, n: int, steps: int, **option
 
 def combined(results: list[dict]) -> dict:
     """One side's measurements over the rounds: the median of their first calls and of their
-    medians; the first round's steps per row and digest."""
+    medians; the first round's steps per row."""
     return {
         **results[0],
         "first": float(np.median([r["first"] for r in results])),
         "median": float(np.median([r["median"] for r in results])),
     }
+
+
+def _value(cell: dict[str, Any]) -> Value:
+    """A recorded cell as a table takes it again: its text, its value, its unit."""
+    return Value(cell["text"], cell["value"], cell.get("unit"))
+
+
+def recorded_before(record: dict[str, Any] | None) -> Table | None:
+    """The eager default's times and ratio to ReLax before the search's rewrite, as this
+    benchmark's ``record`` (``benchmarks/results.json``) holds them: its ``BEFORE_TITLE`` table,
+    copied, where the record has one (a record made since), else its first table's "ReLax
+    jit(vmap)", "cfbook default" and ratio columns (the record made before the rewrite, whose
+    default was its eager search). None without either."""
+    if record is None:
+        return None
+    for table in record["tables"]:
+        if table["title"].startswith(BEFORE_TITLE):
+            return Table(
+                table["title"],
+                table["columns"],
+                [[_value(c) for c in row] for row in table["rows"]],
+                list(table["notes"]),
+            )
+    speed = record["tables"][0] if record["tables"] else None
+    if speed is None or "cfbook default" not in speed["columns"]:
+        return None
+    at = [speed["columns"].index(c) for c in ("N, steps", "ReLax jit(vmap)", "cfbook default")]
+    made = record["provenance"]
+    how = f"; {made['note']}" if made.get("note") else ""
+    before = Table(
+        f"{BEFORE_TITLE} (recorded {made['when']}, {made['machine']}{how})",
+        ["N, steps", "ReLax jit(vmap)", "cfbook default", "ratio"],
+        [[_value(row[i]) for i in (*at, at[-1] + 1)] for row in speed["rows"]],
+    )
+    before.notes.append(
+        "The eager default (NativeGenerator()) before the search was rewritten as one step "
+        "function run eagerly or compiled, as that run recorded it; carried over from "
+        "benchmarks/results.json at each run. Ratios, not times, compare across runs."
+    )
+    return before
 
 
 def run(ctx: Context) -> list[Table]:
@@ -120,154 +164,100 @@ def run(ctx: Context) -> list[Table]:
             f"needs the peers extra: pip install -e '.[peers]' ({', '.join(missing)} missing)"
         )
     rows, step_counts = SIZES[ctx.quick]
+    rounds = 1 if ctx.quick else ROUNDS
+    before = recorded_before(benchmark_record("peers", "cpu"))
+    ratio_before = {} if before is None else {row[0]["text"]: row[-1] for row in before.rows}
     speed = Table(
         "Milliseconds per search, later calls (median); ratio: cfbook / ReLax",
         [
             "N, steps",
             "ReLax jit(vmap)",
-            "cfbook default",
+            "cfbook eager (default)",
             "ratio",
-            "default, BLAS products",
-            "ratio",
-            "default, one batch",
-            "ratio",
-            "default, prepared step",
-            "ratio",
-            "cfbook compile=True",
+            "eager ratio before",
+            "cfbook compiled",
             "ratio",
         ],
     )
     first = Table(
-        "The first call in a process (tracing and compiling included)",
+        "The first call in a process (tracing and compiling included); ratio: cfbook / ReLax",
         [
             "N, steps",
             "ReLax",
-            "cfbook default",
+            "cfbook eager",
             "ratio",
-            "default, prepared step",
+            "compiled, cold cache",
             "ratio",
-            "cfbook compile=True, cold cache",
-            "warm cache",
-            "default's steps per row",
-            "chunks' bits = one batch's",
+            "compiled, warm cache",
+            "ratio",
+            "steps per row (eager / compiled)",
         ],
     )
-    library_names = {"blas": "torch, MKL", "onednn": "torch, oneDNN (cfbook)", "xla": "JAX, XLA"}
-    products = Table(
-        "The first layer's two products alone, microseconds per call (median): forward "
-        "x @ w1.T + b1 (N x 784 by 784 x 32) / backward g @ w1 (N x 32 by 32 x 784)",
-        ["N", *library_names.values(), "MKL / oneDNN", "MKL / XLA"],
-    )
+    targets = Table("Targets", ["target", "measured", "status"])
     with tempfile.TemporaryDirectory() as tmp:
         problem = Path(tmp) / "problem.npz"
         write_problem(ctx, max(rows), problem)
-        folder = str(Path(tmp) / "prepared")
-        fresh = str(Path(tmp) / "inductor-prepare")  # built twice: inductor's cache cold, warm
-        cold_build = measure(ctx, "prepare", problem, 0, 0, prepared=folder, cache=fresh)
-        built = measure(ctx, "prepare", problem, 0, 0, prepared=folder, cache=fresh)
         for steps in step_counts:
             for n in rows:
                 cache = str(Path(tmp) / f"inductor-{n}-{steps}")
-                cold = measure(ctx, "cfbook", problem, n, steps, compile="true", cache=cache)
-                sides = {
-                    "relax": ("relax", {}),
-                    "default": ("cfbook", {"compile": "auto"}),
-                    "blas": ("cfbook", {"compile": "auto", "blas": ""}),
-                    "whole": ("cfbook", {"compile": "auto", "batch": str(n)}),
-                    "ready": ("cfbook", {"compile": "auto", "prepared": folder}),
-                    "warm": ("cfbook", {"compile": "true", "cache": cache}),
-                }
+                cold = measure(ctx, "compiled", problem, n, steps, cache)
+                sides = {"relax": None, "eager": None, "compiled": cache}  # compiled: warm cache
                 runs: dict[str, list[dict]] = {name: [] for name in sides}
-                for r in range(1 if ctx.quick else ROUNDS):  # A B C, then C B A
+                for r in range(rounds):  # A B C, then C B A
                     for name in list(sides) if r % 2 == 0 else reversed(sides):
-                        side, options = sides[name]
-                        runs[name].append(measure(ctx, side, problem, n, steps, **options))
-                relax, default, blas, whole, ready, warm = (combined(runs[name]) for name in sides)
+                        runs[name].append(measure(ctx, name, problem, n, steps, sides[name]))
+                relax, eager, compiled = (combined(runs[name]) for name in sides)
+                key = f"{n:,}, {steps}"
+                ratio = compiled["median"] / relax["median"]
                 speed.add(
-                    f"{n:,}, {steps}",
+                    key,
                     fmt_seconds(relax["median"]),
-                    fmt_seconds(default["median"]),
-                    fmt_ratio(default["median"] / relax["median"]),
-                    fmt_seconds(blas["median"]),
-                    fmt_ratio(blas["median"] / relax["median"]),
-                    fmt_seconds(whole["median"]),
-                    fmt_ratio(whole["median"] / relax["median"]),
-                    fmt_seconds(ready["median"]),
-                    fmt_ratio(ready["median"] / relax["median"]),
-                    fmt_seconds(warm["median"]),
-                    fmt_ratio(warm["median"] / relax["median"]),
+                    fmt_seconds(eager["median"]),
+                    fmt_ratio(eager["median"] / relax["median"]),
+                    _value(ratio_before[key]) if key in ratio_before else "-",
+                    fmt_seconds(compiled["median"]),
+                    fmt_ratio(ratio),
                 )
                 first.add(
-                    f"{n:,}, {steps}",
+                    key,
                     fmt_seconds(relax["first"]),
-                    fmt_seconds(default["first"]),
-                    fmt_ratio(default["first"] / relax["first"]),
-                    fmt_seconds(ready["first"]),
-                    fmt_ratio(ready["first"] / relax["first"]),
+                    fmt_seconds(eager["first"]),
+                    fmt_ratio(eager["first"] / relax["first"]),
                     fmt_seconds(cold["first"]),
-                    fmt_seconds(warm["first"]),
-                    f"{default['mean_steps']:.1f}",
-                    "yes" if default["digest"] == whole["digest"] else "NO",
+                    fmt_ratio(cold["first"] / relax["first"]),
+                    fmt_seconds(compiled["first"]),
+                    fmt_ratio(compiled["first"] / relax["first"]),
+                    f"{eager['mean_steps']:.1f} / {compiled['mean_steps']:.1f}",
                 )
-        for n in rows:
-            times = {
-                name: measure(ctx, "products", problem, n, 0, library=name)
-                for name in library_names
-            }
-            both = {name: t["forward"] + t["backward"] for name, t in times.items()}
-            products.add(
-                f"{n:,}",
-                *(
-                    f"{t['forward'] * 1e6:,.0f} / {t['backward'] * 1e6:,.0f}"
-                    for t in times.values()
-                ),
-                fmt_ratio(both["blas"] / both["onednn"]),
-                fmt_ratio(both["blas"] / both["xla"]),
-            )
+                if n in TARGET_ROWS:
+                    targets.add(
+                        f"compiled, after its first call, <= {TARGET:.1f}x ReLax ({key} steps)",
+                        fmt_ratio(ratio),
+                        check(ratio <= TARGET),
+                    )
     speed.notes.append(
-        f"Same MLP weights (784-32-10), digits and targets on both sides; each cell the median "
-        f"over {1 if ctx.quick else ROUNDS} rounds, each side in a fresh "
-        "process per round, in alternating order (A B C, then C B A), each round's time the "
-        "median of its later calls; each side in its own "
-        "process, torch with the run's thread count and XLA with its default pool over every "
-        "core (the same two threads on a 2-core machine); every row takes the given number of "
-        "steps (cfbook "
-        "at tau = 1.0, so no row stops early: the last column of the next table checks it) and "
-        "both clip to [-1, 1] every step. ReLax 0.2.9's VanillaCF runs under jax.jit(vmap), "
-        "its progress bar included, as the library ships it. cfbook default: "
-        "NativeGenerator(maxiter=steps, tau=1.0), compile='auto', which decides from the call's "
-        "own rows x steps, on a machine without prepared steps (CFBOOK_PREPARED_DIR=off), "
-        f"in chunks of at most {CPU_CHUNK_ELEMENTS:,} numbers (CPU_CHUNK_ELEMENTS; "
-        f"{chunk_rows(None, torch.empty(10_000, 784)):,} rows of 784 at N = 10,000). "
-        "Default, BLAS products: the same call with oneDNN turned off "
-        "(torch.backends.mkldnn.enabled = False), so that its matrix products are MKL's, as "
-        "before 2026-12-06 (cfbook.search.onednn; the last table times the products alone). "
-        "Default, one batch: the same call with cf_batchsize = N, as the default "
-        "searched before 2026-12-05 (the next table's last column compares the two results' "
-        "bits). "
-        "Default, prepared step: the same call where NativeGenerator.prepare has built the "
-        "step for this layout beforehand (once, for every row count and step count, in a "
-        f"process of its own: {cold_build['seconds']:.1f} s with inductor's cache cold, the "
-        f"first compile on a machine, {built['seconds']:.1f} s with it warm), "
-        "so that compile='auto' takes it with no compile (cfbook.search.prepared)."
+        "Same MLP weights (784-32-10), digits and targets on both sides, each side in a fresh "
+        "process per round (torch with the run's thread count, XLA with its default pool over "
+        f"every core); each cell the median over {rounds} round(s) in alternating order (A B C, "
+        "then C B A), each round's time the median of its later calls. Every row takes the "
+        "given number of steps (cfbook at tau = 1.0, so no row stops early: the next table's "
+        "last column checks it) and both clip to [-1, 1] every step. ReLax 0.2.9's VanillaCF "
+        "runs under jax.jit(vmap), its progress bar included, as the library ships it. cfbook "
+        "eager: NativeGenerator(maxiter=steps, tau=1.0), the default executor, in chunks of at "
+        f"most {CPU_CHUNK_ELEMENTS:,} numbers (CPU_CHUNK_ELEMENTS; "
+        f"{chunk_rows(None, torch.empty(10_000, 784)):,} rows of 784 at N = 10,000). cfbook "
+        "compiled: the same with compile=True, in a process whose inductor cache is warm; the "
+        "next table has its first calls."
+    )
+    speed.notes.append(
+        f"Eager ratio before: the eager default's ratio as recorded before the search's rewrite "
+        f"({'the table below' if before else 'none recorded'})."
     )
     first.notes.append(
-        "Cold cache: inductor's on-disk cache in a fresh folder; warm: a second process on that "
-        "folder. The default's first call compiles only where compile='auto' decides to; with a "
-        "prepared step it loads the package instead (milliseconds). "
-        "Ratio: the default's first call over ReLax's, whose first call includes its jit "
-        "compile: what a lone search in a fresh process costs on each side. The issue's targets "
-        "are the later calls' (the table above)."
+        "ReLax's first call includes its jit compile by XLA; cfbook's eager one compiles "
+        "nothing. Compiled, cold cache: inductor's on-disk cache in a fresh folder, as on a new "
+        "machine (one process per size); warm cache: later processes on that folder, as any "
+        "later run (the median over the rounds). Steps per row: the mean number of steps the "
+        "rows took, which tau = 1.0 makes the given number."
     )
-    products.notes.append(
-        "Each library in its own process with the run's thread count (XLA: its default pool), "
-        "the problem's weights and digits; a random g. Ratios: the two products' time together. "
-        "MKL picks its code by the processor's vendor, oneDNN by its instruction sets (on an "
-        "AMD EPYC with AVX-512, MKL_VERBOSE names no AVX-512 path where ONEDNN_VERBOSE names "
-        "avx512_core). cfbook's search sends a product to oneDNN from "
-        f"{onednn.MIN_MACS:,} multiply-adds (cfbook.search.onednn.MIN_MACS; this layer from "
-        f"{-(-onednn.MIN_MACS // (784 * 32)):,} rows), where the fixed cost of a oneDNN call "
-        "no longer outweighs its speed in any layer measured, so at 100 rows its products "
-        "stay MKL's."
-    )
-    return [speed, first, products]
+    return [speed, first, *([before] if before else []), targets]
