@@ -79,6 +79,26 @@ def test_the_study_trains_each_cell_on_data_loaded_once_and_tabulates_every_seed
                 }
 
 
+def test_a_study_of_one_data_set_keeps_the_others_rows(monkeypatch, tmp_path):
+    """Rerunning MNIST's points (the hint of a corrupt file says how) must not drop moons'."""
+    monkeypatch.setattr(knobs, "load_experiment_data", lambda key, device: None)
+    monkeypatch.setattr(knobs, "run_cell", lambda *args, **kwargs: {})
+    numbers = {"moons": 1.0, "mnist": 2.0}
+    monkeypatch.setattr(
+        knobs,
+        "_evaluate",
+        lambda cell, *args, **kwargs: dict.fromkeys(
+            ("validity", "ip", "accuracy"), numbers[cell.data]
+        ),
+    )
+    run_knobs(tmp_path, "cpu", ("moons", "mnist"))
+    numbers["mnist"] = 3.0
+    saved = json.loads(run_knobs(tmp_path, "cpu", ("mnist",)).read_text())
+    assert list(saved["data"]) == ["moons", "mnist"]
+    assert saved["data"]["moons"]["nce"][0]["ip"] == [1.0, 1.0]
+    assert saved["data"]["mnist"]["nce"][0]["ip"] == [3.0, 3.0]
+
+
 def test_force_trains_the_studys_own_cells_and_evaluates_every_point_again(monkeypatch, tmp_path):
     trained, evaluated = {}, {}
 

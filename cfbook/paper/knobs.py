@@ -122,7 +122,8 @@ def run_knobs(
     out: Path, device: torch.device, data: tuple[str, ...] = KNOB_DATA, force: bool = False
 ) -> Path:
     """Train (or reuse) and evaluate every point of the study, and write ``out/knobs.json``:
-    per data set and knob, one row per value with the per-seed validity, IP and accuracy.
+    per data set and knob, one row per value with the per-seed validity, IP and accuracy (the
+    rows of data sets not run this time are kept from the file).
     ``force`` trains the study's own cells and evaluates every point again; the paper's points
     are the grid's CT cells, which only the grid retrains (``--cell N --force``)."""
     scale = Scale.paper()
@@ -151,7 +152,22 @@ def run_knobs(
         for measure in KNOB_MEASURES:
             row[measure].append(got[measure])
     path = out / "knobs.json"
-    atomic_write_text(
-        path, json.dumps({"knobs": {k: list(v) for k, v in KNOBS.items()}, "data": table}, indent=1)
-    )
+    knobs = {k: list(v) for k, v in KNOBS.items()}
+    table = {**_other_data_sets(path, knobs, data), **table}
+    order = [*KNOB_DATA, *(k for k in table if k not in KNOB_DATA)]
+    table = {key: table[key] for key in order if key in table}
+    atomic_write_text(path, json.dumps({"knobs": knobs, "data": table}, indent=1))
     return path
+
+
+def _other_data_sets(path: Path, knobs: dict[str, list], data: tuple[str, ...]) -> dict[str, Any]:
+    """The rows of data sets other than ``data`` in an existing study file of the same knobs,
+    so that a run of one data set keeps the others'."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict) or saved.get("knobs") != knobs:
+        return {}
+    rows = saved.get("data")
+    return {k: v for k, v in rows.items() if k not in data} if isinstance(rows, dict) else {}
