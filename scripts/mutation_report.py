@@ -1,11 +1,11 @@
-"""Kill rates per module from mutmut's results, as the Markdown table tests/MUTATION.md keeps,
+"""Kill rates per module from mutmut's results (tests/MUTATION.md records each module's latest),
 with every survivor's changed line below it, sorted into kinds.
 
 Two kinds of survivor change nothing a test on this machine can see, and are counted apart:
 ``message`` mutants change only the wording of an error (``"XXtextXX"``, ``"TEXT"``), whose key
 words the tests match; ``device`` mutants drop a ``device=`` (``device=None``, ``.to(None)``),
 which a one-device (CPU) run cannot tell from the original. The rest are ``behaviour``: each is
-either killed by a new test or listed in tests/MUTATION.md with the reason it is equivalent."""
+either killed by a new test or classified in tests/MUTATION.md with its reason."""
 
 from __future__ import annotations
 

@@ -1,213 +1,309 @@
-"""The figures and summaries must show exactly what the logs say."""
+"""The book's figures: every one builds from the shipped data and plots as many traces and points
+as that data holds; then the numbers a figure plots, computed by hand on small cases. How a figure
+looks (colours, titles, axes, legends) is not tested."""
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import replace
-from statistics import fmean
+from collections.abc import Callable
+from pathlib import Path
 
-import plotly.io as pio
+import plotly.graph_objects as go
 import pytest
 import torch
 
-from cfbook.book.figures.seeds import seeds_figure, seeds_summary
-from cfbook.book.figures.training import profile_table, sample_digits_figure, show
-from cfbook.book.profiles import PROFILES
+from cfbook.book.benchmarks import benchmark_table
+from cfbook.book.figures.ablation import (
+    ablation_figure,
+    ig_maps_figure,
+    interval_bars,
+    knobs_figure,
+)
+from cfbook.book.figures.benchmarks import search_memory_figure, throughput_figure
+from cfbook.book.figures.evaluation import gallery_figure, robustness_figure
+from cfbook.book.figures.microscope import microscope_figure
+from cfbook.book.figures.reproduction import reduction_figure
+from cfbook.book.figures.ridge import read_ridged, stability_figure
+from cfbook.book.figures.seed_page import seed_page_figure
+from cfbook.book.figures.seeds import seeds_figure
+from cfbook.book.figures.training import (
+    energy_schedule_figure,
+    profile_table,
+    sample_digits_figure,
+    show,
+)
+from cfbook.book.figures.two_d import two_d_figure
+from cfbook.book.profiles import PROFILES, get_profile
+from cfbook.book.scaling import load_scaling_runs, scaling_figure, scaling_profiles
+from cfbook.book.stages import load_comparison_runs, load_evaluations, load_microscope
+from cfbook.data import load_mnist
+from cfbook.paper.merge import read_cell_logs, read_result, read_variants
+from cfbook.search.generators import NativeGenerator
 from cfbook.training.log import EpochRecord, TrainingLog
 
-NEPOCHS = 6
-BURNIN = 2
-FULL_TIMES = [1.0, 1.2, 4.0, 5.0, 6.0, 5.0]
-VANILLA_TIMES = [1.1, 0.9, 1.0, 2.0, 1.0, 2.0]
-FULL_ACC = [None, 0.6, None, 0.7, None, 0.8]
-VANILLA_ACC = [None, 0.65, None, 0.75, None, 0.9]
-FULL_IMPLAUS = [None, None, 2.0, 1.5, 1.2, 1.0]
-FULL_IMPLAUS_VALID = [None, None, 4.0, 3.0, None, 2.0]  # epoch 5: no valid counterfactual
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def make_log(
-    objective: str, times, accs, implaus, *, burnin: int = BURNIN, implaus_valid=None
-) -> TrainingLog:
+def _lines(fig: go.Figure) -> list[go.Scatter]:
+    return [t for t in fig.data if t.type == "scatter"]
+
+
+# --- every figure of the book, from the shipped data ------------------------------------------
+# Each entry builds one figure as its chapter does and returns it with the traces and the points
+# per trace that its data hold (None: not counted for that figure).
+
+Built = tuple[go.Figure, int, list[int] | None]
+
+
+def _seeds(profile: str) -> Built:
+    full, vanilla = load_comparison_runs(get_profile(profile), data_dir=DATA)
+
+    def epochs(logs: list[TrainingLog], field: str) -> int:
+        return len({r.epoch for log in logs for r in log if getattr(r, field) is not None})
+
+    # A band (there and back) and a mean per panel: time and accuracy of both, then CT's search.
+    points = [
+        n
+        for logs in (full, vanilla)
+        for field in ("time_taken", "acc_val")
+        for n in (2 * epochs(logs, field), epochs(logs, field))
+    ]
+    searched = epochs(full, "implaus")
+    points += [2 * searched, searched] if searched else []
+    if searched and epochs(full, "implaus_valid"):
+        points += [None, None]
+    return seeds_figure(full, vanilla), len(points), points
+
+
+def _seed_page() -> Built:
+    runs = load_comparison_runs(get_profile("tutorial"), data_dir=DATA)
+    full, vanilla = runs[0][0], runs[1][0]
+    accuracies = [sum(r.acc is not None for r in log) for log in (full, vanilla)]
+    searched = sum(r.implaus is not None for r in full)
+    points = [len(full), accuracies[0], len(vanilla), accuracies[1], searched]
+    return seed_page_figure(full, vanilla), 5, points
+
+
+def _microscope(profile: str) -> Built:
+    result = load_microscope(profile, data_dir=DATA)
+    searches = result["searches"].values()
+    last = max(1, *(s["counterfactual_at"] for s in searches))
+    steps = min(last + 2, len(next(iter(searches))["target_prob"]))
+    fig = microscope_figure(result)
+    assert len(fig.frames) == steps
+    return fig, 4 + 2 * 2 * 4, None
+
+
+def _gallery(profile: str) -> Built:
+    full, vanilla = load_evaluations(profile, data_dir=DATA)
+    return gallery_figure(full, vanilla), 5 * len(full["gallery"]["index"]), None
+
+
+def _robustness(profile: str) -> Built:
+    full, vanilla = load_evaluations(profile, data_dir=DATA)
+    points = 1 + len(full["robustness"]["summary"]["epsilons"])
+    return robustness_figure(full, vanilla), 4, [points] * 4
+
+
+def _results() -> dict:
+    return read_result(DATA, "results.json")
+
+
+def _reduction() -> Built:
+    results = _results()
+    seeds = len(next(iter(results["data"].values()))["seeds"])
+    return reduction_figure(results), 3 * (1 + seeds), [len(results["data"])] * 3 * (1 + seeds)
+
+
+def _ablation() -> Built:
+    ablation = _results()["ablation"]
+    dots = sum(len(d["seeds"]) for d in ablation.values())
+    return ablation_figure(_results()), 3, [dots] * 3
+
+
+def _ig_maps() -> Built:
+    maps = read_result(DATA, "ig/mnist-s0.json")
+    fig = ig_maps_figure(maps)
+    assert all(len(t.z) == 28 and len(t.z[0]) == 28 for t in fig.data)
+    return fig, sum(len(m) for m in maps["maps"].values()), None
+
+
+def _knobs() -> Built:
+    knobs = read_result(DATA, "knobs.json")
+    settings = [len(knobs["data"][key][knob]) for key in knobs["data"] for knob in knobs["knobs"]]
+    return knobs_figure(knobs), 3 * len(settings), [n for n in settings for _ in range(3)]
+
+
+def _stability() -> Built:
+    configured = read_cell_logs(DATA, "full_protected")
+    ridged = read_ridged(DATA, read_variants(DATA))
+    keys = [k for k in configured if all(k in logs for logs, _ in ridged.values())]
+    cells = [
+        logs[k][s]
+        for k in keys
+        for logs in (configured, *(g for g, _ in ridged.values()))
+        for s in logs[k]
+    ]
+    return stability_figure(configured, ridged), len(cells), None
+
+
+def _two_d() -> Built:
+    result = read_result(DATA, "two_d.json")
+    fig = two_d_figure(result)
+    assert len(fig.layout.updatemenus[0].buttons) == len(result["data"])
+    return fig, sum(6 * len(d["panels"]) for d in result["data"]), None
+
+
+def _scaling() -> Built:
+    (name, *_) = scaling_profiles(DATA)
+    runs = load_scaling_runs(name, "full", data_dir=DATA)
+    return scaling_figure(runs, name), len(runs), [len(log) for log in runs.values()]
+
+
+def _throughput() -> Built:
+    rows = benchmark_table("throughput")
+    return throughput_figure(), 2, [len(rows)] * 2
+
+
+def _memory() -> Built:
+    rows = benchmark_table("memory")
+    sweeps = [sum(r["sweep"] == s for r in rows) for s in ("chunk grows", "nce grows")]
+    return search_memory_figure(), 4, [n for n in sweeps for _ in range(2)]
+
+
+def _energy_schedule() -> Built:
+    searches = {"training": NativeGenerator(), "test time": NativeGenerator(maxiter=50)}
+    points = [s.maxiter for s in searches.values()]
+    return energy_schedule_figure(searches), 2, points
+
+
+def _digits() -> Built:
+    data = load_mnist(100, verbose=False)
+    return sample_digits_figure(data.x, data.y, n=16), 16, None
+
+
+FIGURES: dict[str, Callable[[], Built]] = {
+    "comparison: the seeds (cpu)": lambda: _seeds("cpu"),
+    "comparison: the seeds (tutorial)": lambda: _seeds("tutorial"),
+    "comparison: the Julia page's run": _seed_page,
+    **{
+        f"evaluation: the microscope ({p})": lambda p=p: _microscope(p) for p in ("cpu", "tutorial")
+    },
+    **{f"evaluation: the gallery ({p})": lambda p=p: _gallery(p) for p in ("cpu", "tutorial")},
+    **{f"evaluation: robustness ({p})": lambda p=p: _robustness(p) for p in ("cpu", "tutorial")},
+    "reproduction: the reductions": _reduction,
+    "reproduction: the ridge's training logs": _stability,
+    "ablation: IP per objective": _ablation,
+    "ablation: IG maps": _ig_maps,
+    "ablation: the knob study": _knobs,
+    "two dimensions": _two_d,
+    "scaling": _scaling,
+    "training: throughput": _throughput,
+    "training: the energy schedule": _energy_schedule,
+    "memory": _memory,
+    "mnist: the digits": _digits,
+}
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_figure_of_the_book_builds_from_the_shipped_data(name):
+    fig, traces, points = FIGURES[name]()
+    assert len(fig.data) == traces
+    if points is not None:
+        drawn = [len(t.x) for t in fig.data]
+        assert [n if want is not None else None for n, want in zip(drawn, points, strict=True)] == (
+            points
+        )
+    json.dumps(fig.to_plotly_json(), default=str)  # the notebook can store it
+
+
+# --- the numbers a figure plots, on small cases --------------------------------------------
+
+
+def _log(seed, acc, implaus=None, implaus_valid=None, valid=None, burnin=1):
     records = [
         EpochRecord(
-            epoch=i + 1,
-            acc=acc,
-            acc_val=None if acc is None else acc - 0.05,
-            train_loss=1.0 / (i + 1),
-            implaus=imp,
-            reg_loss=None if imp is None else 0.1,
-            adv_loss=None if imp is None else 0.2,
-            time_taken=t,
-            percent_valid=1.0 if imp is None else 0.5,
-            avg_iter=0.0 if imp is None else 10.0,
-            implaus_valid=None if implaus_valid is None else implaus_valid[i],
+            epoch=i,
+            acc=a,
+            acc_val=a,
+            train_loss=0.1,
+            implaus=implaus[i - burnin - 1] if i > burnin and implaus else None,
+            reg_loss=None,
+            adv_loss=None,
+            time_taken=2.0 if i > burnin and implaus else 1.0,
+            percent_valid=valid[i - burnin - 1] if i > burnin and implaus else 1.0,
+            avg_iter=3.0,
+            implaus_valid=implaus_valid[i - burnin - 1] if i > burnin and implaus else None,
         )
-        for i, (t, acc, imp) in enumerate(zip(times, accs, implaus, strict=True))
+        for i, a in enumerate(acc, start=1)
     ]
-    meta = {"objective": objective, "burnin_epochs": burnin, "profile": "smoke", "device": "cpu"}
-    return TrainingLog(records, meta)
+    return TrainingLog(records, {"seed": seed, "burnin_epochs": burnin})
 
 
-@pytest.fixture
-def logs() -> tuple[TrainingLog, TrainingLog]:
-    full = make_log(
-        "FullObjective", FULL_TIMES, FULL_ACC, FULL_IMPLAUS, implaus_valid=FULL_IMPLAUS_VALID
-    )
-    vanilla = make_log("VanillaObjective", VANILLA_TIMES, VANILLA_ACC, [None] * NEPOCHS)
-    return full, vanilla
+def test_the_seeds_figure_draws_each_measure_s_band_and_mean_over_the_seeds():
+    full = [
+        _log(0, [0.5, 0.6, 0.7], [1.0, 2.0], [3.0, 4.0], [0.5, 0.7]),
+        _log(1, [0.7, 0.8, 0.9], [1.0, 2.0], [5.0, None], [0.9, 0.1]),
+    ]
+    vanilla = [_log(0, [0.4, 0.5, 0.6]), _log(1, [0.6, 0.5, 0.4])]
+    fig = seeds_figure(full, vanilla)
+    # Per panel and objective: the band (max over seeds, then min backwards) and the mean.
+    expected = [
+        ([1, 2, 3], [1.0, 2.0, 2.0], [1.0, 2.0, 2.0], [1.0, 2.0, 2.0]),  # CT's seconds
+        ([1, 2, 3], [0.7, 0.8, 0.9], [0.5, 0.6, 0.7], [0.6, 0.7, 0.8]),  # CT's accuracy
+        ([1, 2, 3], [1.0] * 3, [1.0] * 3, [1.0] * 3),  # the baseline's seconds
+        ([1, 2, 3], [0.6, 0.5, 0.6], [0.4, 0.5, 0.4], [0.5, 0.5, 0.5]),
+        ([2, 3], [0.9, 0.7], [0.5, 0.1], [0.7, 0.4]),  # valid share, search epochs only
+        ([2, 3], [5.0, 4.0], [3.0, 4.0], [4.0, 4.0]),  # a seed without valid ones left out
+    ]
+    assert len(fig.data) == 2 * len(expected)
+    for k, (epochs, top, bottom, mean) in enumerate(expected):
+        band, line = fig.data[2 * k], fig.data[2 * k + 1]
+        assert list(band.x) == epochs + epochs[::-1] and list(line.x) == epochs, k
+        assert list(band.y) == pytest.approx(top + bottom[::-1]), k
+        assert list(line.y) == pytest.approx(mean), k
+    assert fig.layout.shapes[0].x0 == 1.5  # the end of the burn-in
 
 
-def test_seeds_need_as_many_runs_of_each_objective(logs):
-    with pytest.raises(ValueError, match="as many CT as baseline runs"):
-        seeds_summary([logs[0], logs[0]], [logs[1]])
+def _page_log(times, implaus=None, burnin=2):
+    records = [
+        EpochRecord(
+            epoch=e,
+            acc=0.9 + e / 100 if e % 2 == 0 else None,
+            acc_val=None,
+            train_loss=0.1,
+            implaus=implaus[e - burnin - 1] if implaus and e > burnin else None,
+            reg_loss=None,
+            adv_loss=None,
+            time_taken=t,
+            percent_valid=1.0,
+            avg_iter=0.0,
+        )
+        for e, t in enumerate(times, start=1)
+    ]
+    return TrainingLog(records, {"burnin_epochs": burnin})
 
 
-def test_seeds_summary_reads_the_epochs_after_burn_in(logs):
-    s = seeds_summary([logs[0]], [logs[1]], last=2)
-    assert s["burnin_epochs"] == BURNIN and s["nepochs"] == NEPOCHS
-    assert s["time_full"] == pytest.approx(fmean(FULL_TIMES[BURNIN:]))
-    assert s["time_vanilla"] == pytest.approx(fmean(VANILLA_TIMES[BURNIN:]))
-    # Held-out accuracy over the last two recorded epochs: (0.65 + 0.75) / 2 against 0.7 / 0.85.
-    assert s["acc_diffs_pp"] == pytest.approx([100 * (0.7 - 0.775)])
-    assert s["valid_per_seed"] == [0.5]
-    assert s["implaus_valid_trend_pct"] == pytest.approx([50.0])  # 4.0 -> 2.0: fell by half
+def test_the_seed_page_draws_each_objective_s_epochs_and_post_burn_in_mean():
+    full = _page_log([1.0, 1.0, 6.0, 8.0], implaus=[-1.0, -3.0])
+    vanilla = _page_log([1.0, 1.0, 2.0, 4.0])
+    time_full, acc_full, time_vanilla, acc_vanilla, implaus = seed_page_figure(full, vanilla).data
+    assert list(time_full.y) == [1.0, 1.0, 6.0, 8.0]
+    assert list(time_vanilla.y) == [1.0, 1.0, 2.0, 4.0]
+    # Training accuracy on the epochs where it was measured.
+    assert list(acc_full.x) == [2, 4] and list(acc_full.y) == pytest.approx([0.92, 0.94])
+    assert list(acc_vanilla.y) == pytest.approx([0.92, 0.94])
+    assert list(implaus.x) == [3, 4] and list(implaus.y) == [-1.0, -3.0]
+    shapes = seed_page_figure(full, vanilla).layout.shapes
+    means = sorted(s.y0 for s in shapes if s.y0 == s.y1 and s.xref.endswith("domain"))
+    assert means == pytest.approx([3.0, 7.0])  # each objective's post-burn-in average
+    assert [s.x0 for s in shapes if s.x0 == s.x1] == [2, 2, 2]  # burn-in ends, every panel
 
 
-def test_show_emits_html_without_plotlyjs_and_stable_id(logs, monkeypatch):
-    shown, raws = [], []
-    monkeypatch.setattr(
-        "IPython.display.display", lambda obj, raw: (shown.append(obj), raws.append(raw))
-    )
-    fig = seeds_figure([logs[0]], [logs[1]])
-    show(fig)
-    show(fig)
-    html = shown[0]["text/html"]
-    assert raws == [True, True]  # a MIME bundle, not an object to show by its repr
-    assert "Plotly.newPlot" in html and "<html" not in html  # a fragment for the page
-    assert re.search(r'id="cfbook-[0-9a-f]{12}"', html)
-    assert len(html) < 100_000, "plotly.js must not be inlined"
-    assert shown[0]["text/html"] == shown[1]["text/html"]
-    assert shown[0]["application/vnd.plotly.v1+json"]["data"][1]["name"] == "CT (full objective)"
-    json.dumps(shown[0]["application/vnd.plotly.v1+json"])
-
-
-def test_sample_digits_figure():
-    x = torch.linspace(-1, 1, 12 * 784).reshape(12, 784)
-    x = torch.cat([x, x])
-    y = torch.arange(24) % 10
-    fig = sample_digits_figure(x, y, n=12)
-    assert len(fig.data) == 12
-    assert [a.text for a in fig.layout.annotations][:3] == ["label 0", "label 1", "label 2"]
-    assert fig.data[0].z.shape == (28, 28)
-    assert fig.data[0].z.dtype.name == "uint8"
-    assert (fig.data[0].z[0][0], fig.data[11].z[-1][-1]) == (0, 255)  # -1 -> 0, +1 -> 255
-    assert fig.layout.yaxis2.scaleanchor == "x2"
-
-
-@pytest.mark.parametrize(
-    ("x", "y", "n", "message"),
-    [
-        (torch.zeros(4, 783), torch.zeros(4, dtype=torch.long), 2, "x must have shape"),
-        (torch.zeros(4, 784), torch.zeros(3, dtype=torch.long), 2, "y must have shape"),
-        (torch.zeros(4, 784), torch.zeros(4, dtype=torch.long), 5, "n must be between 1 and 4"),
-    ],
-)
-def test_sample_digits_figure_rejects_bad_input(x, y, n, message):
-    with pytest.raises(ValueError, match=message):
-        sample_digits_figure(x, y, n=n)
-
-
-def test_sample_digits_figure_says_which_shape_y_needs():
-    with pytest.raises(ValueError, match=r"y must have shape \(4,\), got \(3,\)$"):
-        sample_digits_figure(torch.zeros(4, 784), torch.zeros(3, dtype=torch.long), n=2)
-
-
-def test_sample_digits_figure_draws_one_digit_or_all_of_them():
-    x, y = torch.zeros(3, 784), torch.arange(3)
-    assert len(sample_digits_figure(x, y, n=1).data) == 1
-    assert len(sample_digits_figure(x, y, n=3).data) == 3
-    assert len(sample_digits_figure(torch.zeros(20, 784), torch.arange(20)).data) == 16  # two rows
-
-
-def test_sample_digits_figure_lays_out_eight_to_a_row_in_clamped_ink():
-    x = torch.zeros(9, 784)
-    x[0, :2] = torch.tensor([-2.0, 2.0])  # outside the domain: drawn at its edges
-    fig = sample_digits_figure(x, torch.arange(9), n=9)
-    assert fig.data[0].z[0][:2].tolist() == [0, 255] and fig.data[0].z[0][2] == 128
-    # Nine digits: eight in the first row, the ninth below the first.
-    assert fig.data[8].xaxis == "x9" and fig.layout.xaxis9.domain == fig.layout.xaxis.domain
-    assert fig.layout.yaxis9.domain != fig.layout.yaxis.domain and fig.layout.height == 300
-    assert {t.coloraxis for t in fig.data} == {"coloraxis"}
-    scale = fig.layout.coloraxis
-    assert [list(c) for c in scale.colorscale] == [[0, "white"], [1, "black"]]
-    assert (scale.cmin, scale.cmax, scale.showscale) == (0, 255, False)
-    assert fig.data[0].hovertemplate == "row %{y}, col %{x}: ink %{z} of 255<extra></extra>"
-    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis9.autorange == "reversed"
-    assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
-
-
-def test_profile_table_lists_every_setting():
-    table = profile_table(PROFILES.values()).splitlines()
-    assert table[0] == "| setting | " + " | ".join(f"`{n}`" for n in PROFILES) + " |"
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in table[2:]}
-    assert set(rows) == {
-        "model",
-        "n",
-        "nepochs",
-        "batch_size",
-        "lr",
-        "nce",
-        "cf_batchsize",
-        "maxiter",
-        "burnin",
-        "accuracy_every",
-        "seed",
-        "runs",
-        "lambdas",
-        "generator",
-        "tau",
-        "step_size",
-        "mature",
-        "evaluation",
-        "paired",
-    }
-    tutorial = PROFILES["tutorial"]
-    expected = round(tutorial.burnin * tutorial.nepochs)
-    assert f"{tutorial.burnin:g} ({expected} epochs)" in rows["burnin"]
-    assert rows["lambdas"].split(" | ")[-1].rstrip(" |") == "1, 0.5, 0.1, 0.25"  # smoke
-    assert rows["n"].split(" | ")[-1].rstrip(" |") == "300"
-    assert "FGSM and PGD at eps 0.01, 0.03, 0.05, 0.1 on 500 held-out" in rows["evaluation"]
-    assert "20 rounds x 4 factuals per energy weight" in rows["paired"]
-    assert rows["mature"].split(" | ")[1:3] == ["raw", "neighbour"]  # tutorial, cpu
-    message = r"^profiles is empty: pass at least one cfbook\.book\.profiles\.Profile$"
-    with pytest.raises(ValueError, match=message):
-        profile_table([])
-
-
-def test_profile_table_of_one_profile_reads_each_setting_as_written():
-    profile = replace(
-        PROFILES["tutorial"],
-        n=None,
-        nepochs=4,
-        burnin=0.25,
-        step_size=1.0,
-        evaluation=replace(PROFILES["tutorial"].evaluation, attack_samples=None),
-    )
-    table = profile_table([profile]).splitlines()
-    assert table[:2] == ["| setting | `tutorial` |", "|---|---:|"]
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in table[2:]}
-    assert rows["n"] == "| n | all |"
-    assert rows["burnin"] == "| burnin | 0.25 (1 epoch) |"
-    assert rows["step_size"] == "| step_size | 1 |"
-    assert " on all held-out digits" in rows["evaluation"]
-    assert profile_table([replace(profile, burnin=0.5)]).count("0.5 (2 epochs)") == 1
-
-
-def _microscope() -> dict:
-    """Two hand-made searches of an empty 28 x 28 image: the baseline's jumps in one step (its
-    adversarial example is the factual), CT's takes three, leaving the epsilon box after one."""
+def _searches() -> dict:
+    """Two hand-made searches of an empty 28 x 28 image: the baseline's jumps in one step, CT's
+    takes three, leaving the epsilon box after one."""
 
     def images(*levels: int) -> list[str]:
         return [bytes([v] * 784).hex() for v in levels]
@@ -241,12 +337,9 @@ def _microscope() -> dict:
     }
 
 
-def test_the_microscope_slider_moves_every_panel_through_the_iterates():
-    from cfbook.book.figures.microscope import microscope_figure
-
-    fig = microscope_figure(_microscope())
-    assert len(fig.frames) == 5 and len(fig.layout.sliders[0].steps) == 5
-    assert fig.layout.sliders[0].active == 4  # the page opens on the finished searches
+def test_the_microscope_s_frames_move_every_panel_through_the_iterates():
+    fig = microscope_figure(_searches())
+    assert len(fig.frames) == 5 and fig.layout.sliders[0].active == 4  # opens on the end
     first, last = fig.frames[0].data, fig.frames[-1].data
     # Each model's iterate and change (baseline first), then both curves' points per model.
     assert first[0].z[0][0] == 0 and first[1].z[5][5] == 0 and first[2].z[0][0] == 0
@@ -254,25 +347,14 @@ def test_the_microscope_slider_moves_every_panel_through_the_iterates():
     assert last[2].z[0][0] == 100 and last[3].z[0][0] == 100
     assert fig.frames[2].data[5].x == (2,) and fig.frames[2].data[5].y == (0.5,)  # CT, p
     assert fig.frames[2].data[7].y == (0.47,)  # CT, L-inf
-    # The frames replace exactly the traces they hold, in that order.
-    moving = fig.frames[0].traces
-    assert [fig.data[i].type for i in moving] == ["heatmap"] * 4 + ["scatter"] * 4
-    assert [fig.data[i].name for i in moving[4:]] == ["this step"] * 4
-    assert [fig.data[i].xaxis for i in moving[4:]] == ["x5", "x5", "x6", "x6"]
-    lines = sorted(shape.y0 for shape in fig.layout.shapes)
-    assert lines == [0.3, 0.75]  # ε and τ
-    # Each model's iterate and change side by side in the top row; the slider plays the frame
-    # of its own step.
-    assert [fig.data[i].xaxis for i in range(4)] == ["x", "x2", "x3", "x4"]
-    names = [str(t) for t in range(5)]
-    assert [f.name for f in fig.frames] == names
-    assert [list(s.args[0]) for s in fig.layout.sliders[0].steps] == [[n] for n in names]
+    # The frames replace exactly the traces they hold, and the slider plays its own step.
+    assert [fig.data[i].type for i in fig.frames[0].traces] == ["heatmap"] * 4 + ["scatter"] * 4
+    assert [list(s.args[0]) for s in fig.layout.sliders[0].steps] == [[f.name] for f in fig.frames]
+    assert sorted(shape.y0 for shape in fig.layout.shapes) == [0.3, 0.75]  # ε and τ
 
 
 def test_the_microscope_curves_run_two_steps_past_the_later_stop_and_mark_both_points():
-    from cfbook.book.figures.microscope import microscope_figure
-
-    result = _microscope()
+    result = _searches()
     result["searches"]["vanilla"]["path"] = [bytes([v] * 784).hex() for v in (10, 200)]
     for s in result["searches"].values():  # eight steps recorded: the figure shows five
         s["target_prob"] += [s["target_prob"][-1]] * 3
@@ -282,177 +364,261 @@ def test_the_microscope_curves_run_two_steps_past_the_later_stop_and_mark_both_p
     # The page opens on the last step shown: the baseline's digit at 200 (from 10), CT's at 100.
     assert fig.data[0].z[0][0] == 200 and fig.data[2].z[0][0] == 100
     assert fig.data[1].z[0][0] == 190 and fig.data[3].z[0][0] == 100  # change from the factual
-    searches = result["searches"]
     for c, key in enumerate(("target_prob", "distance")):
         for i, mode in enumerate(("vanilla", "full")):
-            s = searches[mode]
+            s = result["searches"][mode]
             step, line, adversarial, found = fig.data[4 + 8 * c + 4 * i : 8 + 8 * c + 4 * i]
             assert (list(step.x), list(step.y)) == ([4], [s[key][4]])
             assert list(line.x) == [0, 1, 2, 3, 4] and list(line.y) == s[key][:5]
-            name = {"vanilla": "baseline", "full": "CT"}[mode]
-            assert line.name == f"{name} (valid at step {s['counterfactual_at']})"
-            at = s["adversarial_at"]
+            at, stop = s["adversarial_at"], s["counterfactual_at"]
             assert (list(adversarial.x), list(adversarial.y)) == ([at], [s[key][at]])
-            stop = s["counterfactual_at"]
             assert (list(found.x), list(found.y)) == ([stop], [s[key][stop]])
-            assert (adversarial.name, found.name) == ("adversarial example", "counterfactual")
     # Searches that never moved still show two steps past the start.
-    for s in searches.values():
+    for s in result["searches"].values():
         s |= {"counterfactual_at": 0, "adversarial_at": 0, "valid": False}
-    fig = microscope_figure(result)
-    assert list(fig.data[5].x) == [0, 1, 2] and fig.data[5].name == "baseline (not valid at step 0)"
+    assert list(microscope_figure(result).data[5].x) == [0, 1, 2]
 
 
-def test_the_microscope_text_says_where_each_adversarial_example_was_taken():
-    from cfbook.book.figures.microscope import microscope_text
+def _gallery_pair(levels: list[list[int]], factual: int = 50) -> tuple[dict, dict]:
+    """Two galleries of three digits at ink level ``factual``: CT's counterfactuals at the given
+    per-pixel levels, the baseline's unchanged."""
 
-    text = microscope_text(_microscope())
-    assert "baseline search reached τ = 0.75 after 1 step (p = 0.90)" in text
-    assert "adversarial example is the unchanged factual" in text
-    assert "CT search reached τ = 0.75 after 3 steps (p = 0.80)" in text
-    assert "adversarial example is step 1, the last within ε = 0.3" in text
-    # CT's counterfactual: 100 levels on each of 784 pixels, in [-1, 1] units.
-    assert f"L1 {100 / 255 * 2 * 784:.1f}" in text
+    def hexed(row: list[int]) -> str:
+        return bytes(row).hex()
+
+    def evaluation(counterfactuals: list[str]) -> dict:
+        per_model = [{"clean": 0.9, "epsilons": [0.03], "fgsm": [0.8], "pgd": [0.7]}]
+        stat = {"mean": 0.9, "se": 0.01}
+        return {
+            "robustness": {
+                "per_model": per_model,
+                "summary": {"clean": stat, "epsilons": [0.03], "fgsm": [stat], "pgd": [stat]},
+            },
+            "gallery": {
+                "lambda_energy": 1.0,
+                "index": [5, 9, 11],
+                "label": [0, 1, 2],
+                "target": [3, 7, 8],
+                "valid": [True, False, True],
+                "domain": [-1.0, 1.0],
+                "factual": [hexed([factual] * 784)] * 3,
+                "counterfactual": counterfactuals,
+            },
+        }
+
+    full = evaluation([hexed(row) for row in levels])
+    return full, evaluation([hexed([factual] * 784)] * 3)
 
 
-def test_the_microscope_text_reads_to_the_character():
-    from cfbook.book.figures.microscope import microscope_text
+def test_the_gallery_draws_each_counterfactual_and_its_change_from_the_factual():
+    moved = [[76] * 10 + [77] * 20 + [10] * 10 + [50] * 744, [50] * 784, [150] * 784]
+    fig = gallery_figure(*_gallery_pair(moved))
+    assert len(fig.data) == 3 * 5
+    factual, baseline, ct, baseline_change, ct_change = fig.data[:5]
+    assert factual.z.flatten().tolist() == [50] * 784
+    assert ct.z.flatten().tolist() == moved[0]
+    change = ct_change.z.flatten().tolist()
+    assert change[:40] == [26] * 10 + [27] * 20 + [-40] * 10 and set(change[40:]) == {0}
+    assert set(baseline_change.z.flatten().tolist()) == {0}
+    assert set(fig.data[14].z.flatten().tolist()) == {100}  # the third digit, CT's change
+    full, vanilla = _gallery_pair(moved)
+    vanilla["gallery"]["target"] = [4, 7, 8]
+    with pytest.raises(ValueError, match="different digits or targets"):
+        gallery_figure(full, vanilla)
 
-    result = _microscope()
-    # The baseline's search starts from level 10, ends at 200 after one step, short of tau.
-    result["searches"]["vanilla"] |= {
-        "path": [bytes([v] * 784).hex() for v in (10, 200)],
-        "target_prob": [0.1, 0.6, 0.6, 0.6, 0.6],
-        "valid": False,
+
+def test_the_robustness_figure_draws_each_model_s_accuracy_and_standard_error():
+    full, vanilla = _gallery_pair([[50] * 784] * 3)
+    full["robustness"]["summary"] = {
+        "clean": {"mean": 0.9, "se": 0.01},
+        "epsilons": [0.03, 0.1],
+        "fgsm": [{"mean": 0.8, "se": 0.02}, {"mean": 0.5, "se": 0.03}],
+        "pgd": [{"mean": 0.7, "se": 0.02}, {"mean": 0.3, "se": None}],  # one model: no SE
     }
-    assert microscope_text(result) == (
-        "For this digit 4 (held-out digit 7, target 9), the baseline search did not reach "
-        "τ = 0.75 in 1 step (p = 0.60); its adversarial example is the unchanged factual: the "
-        "first step already left the ε = 0.3 box; its counterfactual lies at L-inf 1.57 and L1 "
-        f"{190 / 255 * 2 * 784:.1f} from the factual; the CT search reached τ = 0.75 after 3 "
-        "steps (p = 0.80); its adversarial example is step 1, the last within ε = 0.3; its "
-        f"counterfactual lies at L-inf 0.78 and L1 {100 / 255 * 2 * 784:.1f} from the factual. "
-        "Distances are in the units of the [-1, 1] pixel domain; L1 sums over the 784 pixels."
-    )
+    vanilla["robustness"]["summary"] = full["robustness"]["summary"] | {"epsilons": [0.03, 0.1]}
+    fgsm, pgd = robustness_figure(full, vanilla).data[:2]
+    assert list(fgsm.x) == [0.0, 0.03, 0.1] and list(fgsm.y) == [0.9, 0.8, 0.5]
+    assert list(fgsm.error_y.array) == [0.01, 0.02, 0.03]
+    assert list(pgd.y) == [0.9, 0.7, 0.3] and list(pgd.error_y.array) == [0.01, 0.02, 0.0]
 
 
-def test_the_benchmark_pictures_draw_the_recorded_tables():
-    from cfbook.book.benchmarks import benchmark_table
-    from cfbook.book.figures.benchmarks import search_memory_figure, throughput_figure
-    from cfbook.book.figures.training import COLOURS, TEMPLATE
+def test_the_reduction_and_ablation_figures_draw_each_seed_with_its_interval():
+    bars = interval_bars([{"reduction": 10.0, "reduction_low": 4.0, "reduction_high": 25.0}, {}])
+    assert bars["array"] == [15.0, None] and bars["arrayminus"] == [6.0, None]
+    results = _results()
+    energy = ablation_figure(results).data[1]
+    seeds = results["ablation"]["adult"]["energy"]
+    adult = [i for i, label in enumerate(energy.x) if label == "Adult"]
+    assert [energy.customdata[i] for i in adult] == results["ablation"]["adult"]["seeds"]
+    assert [energy.y[i] for i in adult] == [s["reduction"] for s in seeds["per_seed"]["ip"]]
+    assert [energy.error_y.array[i] for i in adult] == [
+        s["reduction_high"] - s["reduction"] for s in seeds["per_seed"]["ip"]
+    ]
+    ip = reduction_figure(results).data
+    second = [d["main"]["ip"]["per_seed"][1] for d in results["data"].values()]
+    # The paper's dots, then one series per seed.
+    assert list(ip[2].x) == [None if s is None else s["reduction"] for s in second]
 
-    rows = benchmark_table("throughput")  # benchmark 1, recorded in benchmarks/results.json
-    fig = throughput_figure()
-    native, reference = fig.data
-    assert len(native.x) == len(rows) and native.x[0] == f"{rows[0]['model']}, nce {rows[0]['nce']}"
+
+def test_the_knob_figure_draws_ip_as_the_change_from_the_first_setting():
+    def row(value, v, ip, acc):
+        return {"value": value, "validity": [v, v], "ip": [ip, ip + 0.2], "accuracy": [acc, acc]}
+
+    knobs = {
+        "knobs": {"lambda_div": [0.1, 2.0]},
+        # Rows in any order: the figure sorts them by value.
+        "data": {"moons": {"lambda_div": [row(2.0, 0.5, 1.0, 0.97), row(0.1, 0.9, 2.0, 0.99)]}},
+    }
+    validity, ip, accuracy = knobs_figure(knobs).data
+    assert list(validity.x) == ["0.1", "2"] and list(validity.y) == [0.9, 0.5]
+    # IP's means 2.1 -> 1.1: -47.6 %; its seeds 1.0 and 1.2 are the bar's ends.
+    assert list(ip.y) == [0, pytest.approx(100 * (1.1 / 2.1 - 1))]
+    assert list(ip.error_y.arrayminus) == [pytest.approx(100 * 0.1 / 2.1)] * 2
+    assert list(accuracy.y) == [0.99, 0.97]
+
+
+def test_the_ridge_figure_draws_every_seed_s_validity_over_its_epochs():
+    def cell(valid):
+        return {
+            "meta": {},
+            "log": [{"epoch": e + 1, "percent_valid": v} for e, v in enumerate(valid)],
+        }
+
+    configured = {"lin_sep": {s: cell([0.1 * s, 0.5]) for s in range(3)}, "moons": {0: cell([0.2])}}
+    ridged = {"ridge": ({"lin_sep": {s: cell([1.0, 1.0]) for s in range(3)}}, None)}
+    fig = stability_figure(configured, ridged)
+    # Moon has no ridged cells: left out. LS: three seeds without the ridge, three with it.
+    assert [list(t.y) for t in fig.data] == [[0.0, 0.5], [0.1, 0.5], [0.2, 0.5]] + [[1.0, 1.0]] * 3
+    assert all(list(t.x) == [1, 2] for t in fig.data)
+
+
+def test_the_two_dimensional_figure_draws_each_panel_s_grid_data_paths_and_ends():
+    paths = [[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 1.0], [4.0, 1.0]], [[5.0, 5.0], [6.0, 6.0]]]
+    panel = {
+        "title": "panel",
+        "protected": False,
+        "prob": [[0.1, 0.2], [0.3, 0.4]],
+        "paths": paths,
+        "valid": [True, False],
+        "path_l1": [4.0, 1.4],
+        "moved_x1": False,
+    }
+    data = {
+        "label": "LS",
+        "axes": [[-1.0, 1.0], [-2.0, 2.0]],
+        "train_x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]],
+        "train_y": [0, 1, 0],
+        "panels": [panel] * 4,
+    }
+    fig = two_d_figure({"data": [data]})
+    for i in range(4):
+        grid, class0, class1, lines, valid, invalid = fig.data[6 * i : 6 * i + 6]
+        assert list(grid.x) == [-1.0, 1.0] and list(grid.y) == [-2.0, 2.0]
+        assert grid.z.tolist() == [pytest.approx(row) for row in panel["prob"]]
+        assert (list(class0.x), list(class0.y)) == ([0.0, 4.0], [1.0, 5.0])
+        assert (list(class1.x), list(class1.y)) == ([2.0], [3.0])
+        # Every third iterate and the last, each path ended by a break.
+        assert list(lines.x) == [0.0, 3.0, 4.0, None, 5.0, 6.0, None]
+        assert list(lines.y) == [0.0, 1.0, 1.0, None, 5.0, 6.0, None]
+        assert (list(valid.x), list(valid.y)) == ([4.0], [1.0])
+        assert (list(invalid.x), list(invalid.y)) == ([6.0], [6.0])
+    # The menu shows one data set's traces at a time, the third's included.
+    fig = two_d_figure({"data": [data | {"label": k} for k in ("LS", "Moon", "OL")]})
+    shown = [b.args[0]["visible"] for b in fig.layout.updatemenus[0].buttons]
+    assert shown[2] == [False] * 48 + [True] * 24
+
+
+def test_the_scaling_figure_draws_each_process_count_s_epochs():
+    def log(times, burnin):
+        return _page_log(times, burnin=burnin)
+
+    runs = {1: log([1.0, 3.0, 5.0], 1), 2: log([0.25, 1.5, 2.5, 0.25], 1)}
+    fig = scaling_figure(runs, "title")
+    assert [(list(t.x), list(t.y)) for t in fig.data] == [
+        ([1, 2, 3], [1.0, 3.0, 5.0]),
+        ([1, 2, 3, 4], [0.25, 1.5, 2.5, 0.25]),
+    ]
+    assert [s.x0 for s in fig.layout.shapes] == [1.5]  # the first run's burn-in ends
+    assert not scaling_figure({1: log([1.0], 0)}, "no burn-in").layout.shapes
+
+
+def test_the_benchmark_figures_draw_the_recorded_tables():
+    rows = benchmark_table("throughput")
+    native, reference = throughput_figure().data
     assert list(native.y) == [r["Native cf/s"] for r in rows]
     assert list(reference.y) == [r["Reference cf/s"] for r in rows]
-    # Each bar pair is labelled with the speed-up the benchmark recorded for it, as it shows it.
     shown = benchmark_table("throughput", text=True)
-    assert [a.text for a in fig.layout.annotations] == [
+    assert [a.text for a in throughput_figure().layout.annotations] == [
         f"{r['Native / Reference']} faster" for r in shown
     ]
-    assert all(n > r for n, r in zip(native.y, reference.y, strict=True))
-    assert [(t.name, t.marker.color) for t in fig.data] == [
-        ("NativeGenerator (batched)", COLOURS["full"]),
-        ("ReferenceGenerator (one sample at a time)", COLOURS["vanilla"]),
-    ]
-    # Each label above its own pair of bars, over the plot area, without an arrow.
-    assert [a.x for a in fig.layout.annotations] == list(native.x)
-    assert all(
-        a.yref == "paper" and a.y > 1 and a.showarrow is False for a in fig.layout.annotations
-    )
-    layout = fig.layout
-    assert (layout.barmode, layout.yaxis.type) == ("group", "log")
-    assert layout.yaxis.title.text == "counterfactuals per second"
-    assert layout.xaxis.title.text == "model and counterfactuals per search (nce)"
-    assert layout.template == pio.templates[TEMPLATE]
-
-    memory = search_memory_figure()
     recorded = benchmark_table("memory")
-    # Two panels side by side on one memory axis: peaks against cf_batchsize, then against nce,
-    # each beside the size of the stored results; each name once in the legend.
-    assert [(t.name, t.xaxis, t.showlegend) for t in memory.data] == [
-        ("peak of the search", "x", True),
-        ("stored results", "x", True),
-        ("peak of the search", "x2", False),
-        ("stored results", "x2", False),
-    ]
-    assert memory.data[0].line.color == COLOURS["full"] != memory.data[1].line.color
-    assert all(t.yaxis == "y" for t in memory.data[:2]) and memory.layout.yaxis2.matches == "y"
+    memory = search_memory_figure()
     for trace, sweep, key in [(0, "chunk grows", "cf_batchsize"), (2, "nce grows", "nce")]:
         peaks = [r for r in recorded if r["sweep"] == sweep]
         drawn = memory.data[trace]
-        assert list(drawn.x) == [r[key] for r in peaks] == sorted(drawn.x)
+        assert list(drawn.x) == [r[key] for r in peaks]
         assert list(drawn.y) == pytest.approx([r["search peak"] / 2**20 for r in peaks])
         results = next(k for k in peaks[0] if k.startswith("results"))
         stored = memory.data[trace + 1]
         assert list(stored.y) == pytest.approx([r[results] / 2**20 for r in peaks])
-    chunk = memory.data[0]
-    assert chunk.y[-1] > 4 * chunk.y[0]
-    for axis, key in [(memory.layout.xaxis, "cf_batchsize"), (memory.layout.xaxis2, "nce")]:
-        # Log axes ticked at powers of two.
-        assert (axis.type, axis.title.text, axis.dtick) == (
-            "log",
-            key,
-            pytest.approx(math.log10(2)),
-        )
-    assert all(t.mode == "lines+markers" and t.legendgroup == t.name for t in memory.data)
-    axes = [key for key in memory.layout.to_plotly_json() if key.startswith(("xaxis", "yaxis"))]
-    assert sorted(axes) == ["xaxis", "xaxis2", "yaxis", "yaxis2"]  # one row of two panels
-    assert memory.layout.yaxis.title.text == "MiB (peak RSS above the start)"
-    assert memory.layout.yaxis2.title.text is None  # the shared axis is named once
-    assert [a.text for a in memory.layout.annotations] == [
-        "cf_batchsize grows (nce 512)",
-        "nce grows (cf_batchsize 128)",
-    ]
-    assert memory.layout.template == pio.templates[TEMPLATE]
     assert throughput_figure("no-such-kind") is None and search_memory_figure("none") is None
 
 
-def test_the_throughput_picture_of_another_device_kind_reads_that_kinds_block(
-    tmp_path, monkeypatch
-):
-    import cfbook.book.benchmarks as recorded
-    from benchmarks.cli import BENCHMARKS
-    from benchmarks.common import Context, Table
-    from benchmarks.config import QUICK
-    from benchmarks.results import record_block, write_block
-    from cfbook.book.figures.benchmarks import throughput_figure
-
-    columns = ["model", "nce", "Native cf/s", "Reference cf/s", "Native / Reference"]
-    table = Table("cf/s", columns, [["mlp", 128, "900.0", "10.0", "90x"]])
-    record = record_block(Context(torch.device("cpu"), True, QUICK), "1. Throughput", [table], 1)
-    results = tmp_path / "results.json"
-    write_block(results, "cuda", "throughput", record, list(BENCHMARKS))
-    monkeypatch.setattr(recorded, "RESULTS_JSON", results)
-    fig = throughput_figure("cuda")
-    assert [list(t.y) for t in fig.data] == [[900.0], [10.0]]
-    assert [a.text for a in fig.layout.annotations] == ["90x faster"]
-    assert throughput_figure() is None  # nothing recorded for the CPU in this file
+def test_the_energy_schedule_is_each_search_s_weight_per_iteration():
+    search = NativeGenerator(maxiter=4)
+    (line,) = energy_schedule_figure({"search": search}).data
+    assert list(line.x) == [0, 1, 2, 3]
+    assert list(line.y) == [search.energy_weight(t) for t in range(4)]
 
 
-def test_a_search_that_never_moved_is_described_as_such():
-    from cfbook.book.figures.microscope import microscope_text
+def test_sample_digits_are_drawn_in_clamped_ink_eight_to_a_row():
+    x = torch.zeros(9, 784)
+    x[0, :2] = torch.tensor([-2.0, 2.0])  # outside the domain: drawn at its edges
+    fig = sample_digits_figure(x, torch.arange(9), n=9)
+    assert fig.data[0].z[0][:2].tolist() == [0, 255] and fig.data[0].z[0][2] == 128
+    assert fig.data[0].z.shape == (28, 28)
+    assert [a.text for a in fig.layout.annotations][:3] == ["label 0", "label 1", "label 2"]
+    # Nine digits: eight in the first row, the ninth below the first.
+    assert fig.layout.xaxis9.domain == fig.layout.xaxis.domain
+    assert fig.layout.yaxis9.domain != fig.layout.yaxis.domain
+    assert len(sample_digits_figure(torch.zeros(20, 784), torch.arange(20)).data) == 16
 
-    result = _microscope()
-    result["searches"]["full"] |= {"counterfactual_at": 0, "adversarial_at": 0}
-    text = microscope_text(result)
-    assert "CT search reached τ = 0.75 after 0 steps" in text
-    assert "(p = 0.10); it never moved, so its adversarial example is the factual itself; its" in (
-        text
-    )
-    result["searches"]["full"]["valid"] = False
-    assert "CT search did not reach τ = 0.75 in 0 steps (p = 0.10)" in microscope_text(result)
+
+@pytest.mark.parametrize(
+    ("x", "y", "n", "message"),
+    [
+        (torch.zeros(4, 783), torch.zeros(4, dtype=torch.long), 2, r"x must have shape"),
+        (torch.zeros(4, 784), torch.zeros(3, dtype=torch.long), 2, r"y must have shape \(4,\)"),
+        (torch.zeros(4, 784), torch.zeros(4, dtype=torch.long), 5, "n must be between 1 and 4"),
+        (torch.zeros(4, 784), torch.zeros(4, dtype=torch.long), 0, "n must be between 1 and 4"),
+    ],
+)
+def test_sample_digits_figure_rejects_bad_input(x, y, n, message):
+    with pytest.raises(ValueError, match=message):
+        sample_digits_figure(x, y, n=n)
 
 
-def test_a_figure_with_frames_waits_for_its_slider(monkeypatch):
-    """plotly's HTML plays a figure's frames on load unless told not to: the microscope would run
-    through its steps by itself."""
-    from cfbook.book.figures.microscope import microscope_figure
+def test_a_profile_s_burn_in_is_shown_in_epochs():
+    tutorial = PROFILES["tutorial"]
+    rows = profile_table([tutorial, PROFILES["smoke"]]).splitlines()
+    (burnin,) = [row for row in rows if row.startswith("| burnin |")]
+    assert f"{tutorial.burnin:g} ({round(tutorial.burnin * tutorial.nepochs)} epochs)" in burnin
+    with pytest.raises(ValueError, match="profiles is empty"):
+        profile_table([])
 
-    outputs = []
-    monkeypatch.setattr("IPython.display.display", lambda bundle, raw: outputs.append(bundle))
-    show(microscope_figure(_microscope()))
-    assert "frames" in outputs[0]["application/vnd.plotly.v1+json"]
-    assert "Plotly.animate" not in outputs[0]["text/html"]
+
+def test_show_embeds_a_figure_without_plotly_js_under_a_stable_id(monkeypatch):
+    """A fragment the page loads plotly.js for once; the same figure gets the same id (the stored
+    notebooks do not change when nothing did); a figure with frames waits for its slider."""
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda bundle, raw: shown.append(bundle))
+    fig = seeds_figure([_log(0, [0.5, 0.6])], [_log(0, [0.4, 0.5])])
+    show(fig)
+    show(fig)
+    html = shown[0]["text/html"]
+    assert "Plotly.newPlot" in html and "<html" not in html and len(html) < 100_000
+    assert re.search(r'id="cfbook-[0-9a-f]{12}"', html) and shown[1] == shown[0]
+    json.dumps(shown[0]["application/vnd.plotly.v1+json"])
+    show(microscope_figure(_searches()))
+    assert "frames" in shown[2]["application/vnd.plotly.v1+json"]
+    assert "Plotly.animate" not in shown[2]["text/html"]

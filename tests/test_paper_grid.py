@@ -3,7 +3,6 @@ run at smoke sizes on two data sets, as CI does."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -15,25 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
-from cfbook.book.figures.ablation import ablation_table, ablation_text, ig_table, ig_text
-from cfbook.book.figures.reproduction import (
-    accuracy_table,
-    average_text,
-    cost_table,
-    cost_text,
-    findings,
-    length_scale_text,
-    main_table,
-    rerun_text,
-    robustness_text,
-    summary,
-    validity_table,
-    validity_text,
-)
+from cfbook.book.figures.reproduction import disagreements, summary
 from cfbook.commands.paper import main
 from cfbook.data import load_adult, load_moons
 from cfbook.paper.agreement import binomial_se, count, level_agrees, reduction_agrees
@@ -197,7 +181,7 @@ def smoke(tmp_path_factory) -> Path:
     return out
 
 
-def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
+def test_the_smoke_grid_writes_every_cell_evaluation_and_the_merged_results(smoke):
     names = {p.stem for p in (smoke / "cells").glob("*.json")}
     trainings = (*TRAININGS, *ABLATION)
     assert names == {
@@ -220,23 +204,10 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     robust = adult["robustness"]["full"][1]
     assert robust["epsilons"] == [k / 90 for k in range(10)] and len(robust["pgd"]) == 10
     assert robust["rows"] == 200  # the smoke scale's attack rows
-    # The chapter's tables and text build from it: a row per data set and measure, each seed.
-    table = main_table(results)
-    assert (
-        table.count("\n") == 1 + 2 * 3
-        and table.count(" of 2 |") + table.count(" of 1 |") + (table.count(" of 0 |")) == 2 * 3
-    )
-    assert validity_table(results).count("\n") == 1 + 2 * 2
-    assert cost_table(results).count("\n") == 1 + 2
-    assert accuracy_table(results).count("Adult") == 2  # clean and FGSM
+    # The chapter's verdicts: each published reduction of both data sets, judged seed by seed.
     assert summary(results)["total"] == 6 and 0 <= summary(results)["agree"] <= 6
-    assert findings(results).count("- **") == 6 - summary(results)["agree"]
-    assert validity_text(results).startswith("Without constraints")
-    assert cost_text(results).count("seed reductions have the paper's sign") == 2
-    assert robustness_text(results).startswith("Under FGSM at ε≈0.03")
-    assert average_text(results).count(" / ") >= 5 and "of 2 data sets" in average_text(results)
-    assert "a sensitivity, not a choice" in length_scale_text(results)
-    # The ablation and IG parts, and the chapter built on them.
+    assert len(disagreements(results)) == 6 - summary(results)["agree"]
+    # The ablation and IG parts.
     assert set(results["ablation"]) == set(results["ig"]) == {"lin_sep", "adult"}
     assert {"full", "energy", "adversarial", "vanilla"} <= set(results["ablation"]["adult"])
     assert results["ig"]["adult"]["rounds"] == 2 * 4
@@ -246,136 +217,6 @@ def test_the_smoke_grid_writes_every_cell_evaluation_and_the_tables(smoke):
     for objective in ("full", "energy", "adversarial"):
         per_seed = results["ablation"]["adult"][objective]["per_seed"]
         assert all(len(per_seed[m]) == 2 for m in ("ip", "ip_star_5", "cost"))
-    assert ablation_table(results).count("\n") == 1 + 2 * 4
-    assert ablation_text(results).startswith("- **IP** is significantly lower")
-    assert "| Adult | 0.48 / 0.74 |" in ig_table(results)
-    assert ig_text(results).startswith("CT trained with the protected feature immutable")
-
-
-def protected_validity(ct, baseline):
-    """One data set's protected validity per seed, CT and baseline, as merged results hold it."""
-
-    def seeds(*means):
-        return [{"mean": m, "se": 0.01, "runs": 100} for m in means]
-
-    return {"validity": {"protected": {"full": seeds(*ct), "vanilla": seeds(*baseline)}}}
-
-
-def test_the_protected_lambdas_text_sets_the_variant_beside_the_paper_weights():
-    from cfbook.book.figures.reproduction import protected_lambdas_text
-
-    # The paper: LS 1.00 / 1.00 and Moon 1.00 / 0.98 with the protected features.
-    results = {
-        "data": {
-            "lin_sep": protected_validity((0.61, 0.5, 0.16), (1.0, 0.99, 1.0)),
-            "moons": protected_validity((0.59, 0.95, 0.62), (1.0, 1.0, 0.96)),
-            "adult": protected_validity((0.7, 0.7, 0.7), (0.99, 0.99, 0.99)),
-        }
-    }
-    variant = {
-        "data": {
-            "lin_sep": protected_validity((1.0, 0.97, 1.0), (1.0, 0.99, 1.0)),
-            "moons": protected_validity((0.95, 0.5, 0.6), (1.0, 1.0, 0.96)),
-        }
-    }
-    assert protected_lambdas_text(results, {}) == ""
-    text = protected_lambdas_text(results, {"main_lambdas_protected": variant})
-
-    def results_only(v):  # the recorded weights' own validity, as if the variant changed none
-        return {"data": {k: results["data"][k] for k in v["data"]}}
-
-    assert text.startswith("The evaluation grids of CT.jl's mutability runs, which made the")
-    assert "LS 1.00 / 0.97 / 1.00 (recorded weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
-    assert "Moon 0.95 / 0.50 / 0.60 (recorded weights 0.59 / 0.95 / 0.62, paper 1.00)" in text
-    # LS within 0.1 in three seeds with the main weights, in none with the paper's; Moon in one
-    # seed either way: 1 of the 2 data sets against 0 (Adult, not in the variant, not counted).
-    assert "in at least 2 seeds on 1 of 2 of these data sets, against 0 with the recorded" in text
-    assert text.endswith("The verdicts above keep the recorded weights.")
-    assert "misses the paper's on LS, where" in text  # LS only: Moon is far either way
-    # A variant that mends nothing says so instead of reading a cause into it.
-    unmended = protected_lambdas_text(results, {"main_lambdas_protected": results_only(variant)})
-    assert "On no data set does the ridge bring the validity within the tolerance." in unmended
-    assert "misses the paper's" not in unmended
-
-
-def test_the_default_lambdas_text_counts_its_own_data_sets():
-    from cfbook.book.figures.reproduction import default_lambdas_text
-
-    # The paper with protected features: LS 1.00 / 1.00, Circ 0.71 / 0.48.
-    results = {
-        "data": {
-            "lin_sep": protected_validity((0.61, 0.5, 0.16), (1.0, 0.99, 1.0)),
-            "circles": protected_validity((0.66, 0.6, 0.65), (0.5, 0.51, 0.5)),
-            "adult": protected_validity((0.7, 0.7, 0.7), (0.99, 0.99, 0.99)),
-        }
-    }
-    variant = {
-        "data": {
-            "lin_sep": protected_validity((0.95, 0.99, 0.5), (1.0, 1.0, 1.0)),
-            "circles": protected_validity((0.3, 0.65, 0.4), (0.5, 0.5, 0.5)),
-        }
-    }
-    assert default_lambdas_text(results, {}) == ""
-    text = default_lambdas_text(results, {"default_lambdas_protected": variant})
-    assert "(λ_reg = 0.1, λ_adv = 0.25)" in text
-    assert "LS 0.95 / 0.99 / 0.50 (recorded weights 0.61 / 0.50 / 0.16, paper 1.00)" in text
-    assert "Circ 0.30 / 0.65 / 0.40 (recorded weights 0.66 / 0.60 / 0.65, paper 0.71)" in text
-    # LS within 0.1 in two seeds with the defaults, in none recorded; Circ in one seed with the
-    # defaults (0.65), in two recorded (0.66 and 0.65 against 0.71, 0.60 is 0.11 off; BL 0.50s
-    # against 0.48).
-    assert text.endswith(
-        "on 1 of 2 of these data sets (not on Circ), against 1 with the recorded weights."
-    )
-
-
-def test_validity_text_counts_data_sets_within_the_tolerance_in_most_seeds():
-    def seeds(*means):
-        return [{"mean": m, "se": 0.01, "runs": 100} for m in means]
-
-    # The paper: Adult 0.68 / 0.99 unconstrained, 0.7 / 0.99 protected. Unconstrained, the
-    # baseline is off by more than 0.1 in two seeds of three; protected, in one only.
-    adult = {
-        "validity": {
-            "unconstrained": {"full": seeds(0.68, 0.7, 0.6), "vanilla": seeds(0.5, 0.95, 0.85)},
-            "protected": {"full": seeds(0.7, 0.7, 0.7), "vanilla": seeds(0.99, 0.5, 0.99)},
-        }
-    }
-    text = validity_text({"data": {"adult": adult}})
-    assert text == (
-        "Without constraints, CT's and the baseline's validity are both within 0.1 of the "
-        "paper's in at least 2 seeds on 0 of 1 data sets (not on Adult); with them, CT's and the "
-        "baseline's validity are both within 0.1 of the paper's in at least 2 seeds on 1 of 1 "
-        "data sets."
-    )
-
-
-def test_a_rerun_on_another_processor_names_every_number_whose_verdict_moved():
-    # The shipped results against themselves: nothing moves. Against a copy where CT's MNIST
-    # validity without constraints is 0 in every seed: that number's verdict moves (it agrees
-    # in 3 seeds as shipped), validity is close on one data set fewer, and the reductions'
-    # count stays.
-    shipped = json.loads((REPO / "data" / "reproduction" / "results.json").read_text())
-    run = {"cpu": "Some CPU", "date": "2026-12-03", "wall_seconds": 2700.0}
-    same = rerun_text(shipped, shipped, run)
-    assert "(Some CPU, 2026-12-03), took 45 minutes" in same
-    assert same.endswith(
-        "None of the 45 numbers of the main and validity tables changes its verdict."
-    )
-    other = copy.deepcopy(shipped)
-    for seed in other["data"]["mnist"]["validity"]["unconstrained"]["full"]:
-        seed["mean"] = 0.0
-    agree = summary(shipped)["agree"]
-    text = rerun_text(shipped, other, run)
-    assert (
-        f"There {agree} of the 27 published reductions agree in at least 2 seeds (here {agree})"
-        in text
-    )
-    assert "validity are both within 0.1 of the paper's in at least 2 seeds on 8 data sets " in text
-    assert "without constraints (here 9)" in text
-    assert (
-        "1 of the 45 numbers of the main and validity tables change their verdict (MNIST "
-        "validity, no constraints)" in text
-    )
 
 
 def test_a_finished_cell_is_reused_and_other_settings_are_refused(smoke, capsys):
@@ -688,183 +529,6 @@ def test_the_two_dimensional_paths_end_where_the_search_stopped(smoke):
     assert len(d["panels"][0]["prob"]) == 40 and len(d["train_x"]) == 150
 
 
-def test_the_two_dimensional_text_follows_the_paths():
-    from cfbook.book.figures.two_d import two_d_figure, two_d_text
-
-    panel = {
-        "title": "CT",
-        "protected": False,
-        "prob": [[0.1, 0.9], [0.2, 0.8]],
-        "paths": [[[0.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [0.5, 1.0], [1.0, 1.0]]],
-        "valid": [True, False],
-        "path_l1": [1.0, 3.0],
-        "moved_x1": True,
-    }
-    protected = {**panel, "title": "CT, x1 protected", "protected": True, "moved_x1": False}
-    result = {
-        "data": [
-            {
-                "label": d,
-                "axes": [[0.0, 1.0], [0.0, 1.0]],
-                "train_x": [[0.0, 0.0], [1.0, 1.0]],
-                "train_y": [0, 1],
-                "panels": [panel, panel, protected, protected],
-            }
-            for d in ("LS", "Moon")
-        ]
-    }
-    text = two_d_text(result)
-    # Reach: the L1 distance from a path's start to its end, 1 for both paths.
-    assert "- **LS**: CT: 1/2 valid, mean path length 2.00, reach 1.00;" in text
-    assert "mean path length 2.00, reach 1.00; no protected search moved x1.\n" in text
-    assert "wander" not in text  # 2 is not more than 3 times the reach
-    assert "than the baseline's on 0 of 2 data sets (none)" in text
-    long = {**panel, "title": "baseline", "path_l1": [1.0, 6.0]}  # 3.5 > 3 times the reach
-    further = {**panel, "paths": [[[0.0, 0.0], [2.0, 0.0]], [[0.0, 1.0], [2.0, 1.0]]]}
-    result["data"][1]["panels"] = [long, further, protected, protected]
-    text = two_d_text(result)
-    assert "baseline: 1/2 valid, mean path length 3.50, reach 1.00 (the paths wander: 4" in text
-    assert "than the baseline's on 1 of 2 data sets (Moon)" in text
-    # Crossable along x2: the class changes down a column (x1 fixed) of the grid. The panels'
-    # grid changes class along x1 only (0.1 | 0.9 in each row): no column is crossable.
-    assert "LS 0% against 0%; Moon 0% against 0%" in text
-    assert "fewer columns crossable on 0 of 2 data sets (none)" in text
-    turned = {**long, "prob": [[0.1, 0.1, 0.7], [0.9, 0.9, 0.8]]}  # 2 of 3 columns change
-    result["data"][1]["panels"] = [turned, further, protected, protected]
-    text = two_d_text(result)
-    assert "Moon 67% against 0%" in text
-    assert "fewer columns crossable on 1 of 2 data sets (Moon)" in text
-    result["data"][1]["panels"] = [panel, panel, protected, protected]
-    fig = two_d_figure(result)
-    per_set = len(fig.data) // 2
-    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["LS", "Moon"]
-    assert (
-        fig.layout.updatemenus[0].buttons[1].args[0]["visible"]
-        == [False] * per_set + [True] * per_set
-    )
-    # The legend names each kind of end once per data set, even when the first panel has only
-    # valid ends (the invalid one's entry then comes from a later panel).
-    all_valid = {**panel, "title": "baseline", "valid": [True, True]}
-    for d in result["data"]:
-        d["panels"] = [all_valid, panel, protected, protected]
-    fig = two_d_figure(result)
-    per_set = len(fig.data) // 2
-    for k in (0, 1):
-        shown = [t.name for t in fig.data[k * per_set : (k + 1) * per_set] if t.showlegend]
-        assert shown.count("valid end") == 1 and shown.count("invalid end") == 1, shown
-
-
-def _two_d_panel(title, paths, path_l1, prob, valid, protected=False, moved_x1=False):
-    return {
-        "title": title,
-        "protected": protected,
-        "prob": prob,
-        "paths": paths,
-        "valid": valid,
-        "path_l1": path_l1,
-        "moved_x1": moved_x1,
-    }
-
-
-def test_the_two_dimensional_text_reads_to_the_character():
-    from cfbook.book.figures.two_d import two_d_text
-
-    panels = [
-        # Reach |-1 - 1| + |0.5 - 2| = 3.5, through a middle point that is neither end; a length
-        # of exactly 3 times the reach is not called wandering. The class changes down the
-        # first column only, where one probability is exactly 0.5.
-        _two_d_panel(
-            "baseline",
-            [[[1.0, 2.0], [0.0, 1.0], [-1.0, 0.5]]],
-            [10.5],
-            [[0.5, 0.9], [0.4, 0.9]],
-            [True],
-        ),
-        # Reach 4, further than the baseline's; length 16, 4 times the reach.
-        _two_d_panel("CT", [[[0.0, 0.0], [3.0, 1.0]]], [16.0], [[0.1, 0.1], [0.9, 0.9]], [False]),
-        _two_d_panel(
-            "baseline, x1 protected",
-            [[[0.0, 0.0], [0.0, 1.0]]],
-            [1.0],
-            [[0.1, 0.9], [0.9, 0.9]],
-            [True],
-            protected=True,
-            moved_x1=True,
-        ),
-        _two_d_panel(
-            "CT trained with x1 protected",
-            [[[0.0, 0.0], [0.0, 2.0]]],
-            [2.0],
-            [[0.1, 0.1], [0.1, 0.1]],
-            [True],
-            protected=True,
-            moved_x1=True,
-        ),
-    ]
-    result = {"data": [{"label": label, "panels": panels} for label in ("LS", "Moon")]}
-    line = (
-        ": baseline: 1/1 valid, mean path length 10.50, reach 3.50; CT: 0/1 valid, mean path "
-        "length 16.00, reach 4.00 (the paths wander: 4 times as long as their reach); baseline, "
-        "x1 protected: 1/1 valid, mean path length 1.00, reach 1.00; CT trained with x1 "
-        "protected: 1/1 valid, mean path length 2.00, reach 2.00; x1 moved in baseline, x1 "
-        "protected, CT trained with x1 protected."
-    )
-    assert two_d_text(result) == (
-        f"- **LS**{line}\n- **Moon**{line}\n"
-        "\nCT's free searches end further from their factuals than the baseline's on 2 of 2 "
-        "data sets (LS, Moon).\n"
-        "\nA search with x1 protected can reach the other class only where the class changes "
-        "along x2. In the drawn grid it does so in this share of the columns (x1 fixed), "
-        "baseline against CT trained with x1 protected: LS 50% against 0%; Moon 50% against "
-        "0%. Training with x1 protected left fewer columns crossable on 2 of 2 data sets (LS, "
-        "Moon). One seed's models: the reproduction chapter's validity table counts the "
-        "protected searches of three seeds beside the paper's."
-    )
-
-
-def test_the_two_dimensional_figure_draws_each_panel_s_grid_data_paths_and_ends():
-    from cfbook.book.figures.two_d import two_d_figure
-
-    paths = [[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 1.0], [4.0, 1.0]], [[5.0, 5.0], [6.0, 6.0]]]
-    panels = [
-        _two_d_panel(f"panel {i}", paths, [4.0, 1.4], [[0.1 * i, 0.2], [0.3, 0.4]], [True, False])
-        for i in range(4)
-    ]
-    data = {
-        "label": "LS",
-        "axes": [[-1.0, 1.0], [-2.0, 2.0]],
-        "train_x": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]],
-        "train_y": [0, 1, 0],
-        "panels": panels,
-    }
-    fig = two_d_figure({"data": [data]})
-    assert len(fig.data) == 4 * 6
-    for i in range(4):
-        grid, class0, class1, lines, valid, invalid = fig.data[6 * i : 6 * i + 6]
-        axis = "x" if i == 0 else f"x{i + 1}"
-        assert {t.xaxis for t in fig.data[6 * i : 6 * i + 6]} == {axis}
-        assert list(grid.x) == [-1.0, 1.0] and list(grid.y) == [-2.0, 2.0]
-        assert grid.z.dtype == np.float32  # stored compactly in the notebook
-        assert grid.z.tolist() == np.asarray(panels[i]["prob"], dtype=np.float32).tolist()
-        assert (grid.zmin, grid.zmax, grid.showscale) == (0, 1, i == 0)
-        assert (list(class0.x), list(class0.y), list(class1.x), list(class1.y)) == (
-            [0.0, 4.0],
-            [1.0, 5.0],
-            [2.0],
-            [3.0],
-        )
-        assert class0.name == "training data, class 0" and class1.name == "training data, class 1"
-        # Every third iterate and the last, each path ended by a break.
-        assert list(lines.x) == [0.0, 3.0, 4.0, None, 5.0, 6.0, None]
-        assert list(lines.y) == [0.0, 1.0, 1.0, None, 5.0, 6.0, None]
-        assert (list(valid.x), list(valid.y)) == ([4.0], [1.0]) and valid.name == "valid end"
-        assert (list(invalid.x), list(invalid.y)) == ([6.0], [6.0])
-    # The menu shows one data set's 24 traces at a time, the third's included.
-    fig = two_d_figure({"data": [data | {"label": k} for k in ("LS", "Moon", "OL")]})
-    shown = [b.args[0]["visible"] for b in fig.layout.updatemenus[0].buttons]
-    assert shown[2] == [False] * 48 + [True] * 24
-
-
 def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():
     from cfbook.paper.knobs import KNOBS, knob_cells
 
@@ -886,34 +550,6 @@ def test_the_knob_study_moves_one_setting_at_a_time_from_the_papers():
     assert "moons-full-nce100-s1" in by_name and "moons-full-step_size1-s0" in by_name
 
 
-def test_the_knob_text_reads_the_ends_of_each_line():
-    from cfbook.book.figures.ablation import knobs_figure, knobs_text
-
-    def row(value, v, ip, acc):
-        return {"value": value, "validity": [v, v], "ip": [ip, ip + 0.2], "accuracy": [acc, acc]}
-
-    knobs = {
-        "knobs": {"lambda_div": [0.1, 2.0]},
-        # Rows in any order: the text and the figure sort them by value.
-        "data": {"moons": {"lambda_div": [row(2.0, 0.5, 1.0, 0.97), row(0.1, 0.9, 2.0, 0.99)]}},
-    }
-    assert knobs_text(knobs) == (
-        "- **λ_div** from 0.1 to 2: Moon: validity 0.9 → 0.5, IP (L1) 2.1 → 1.1, "
-        "test accuracy 0.99 → 0.97."
-    )
-    fig = knobs_figure(knobs)
-    # IP as the change from the first setting: 2.1 -> 1.1 is -47.6 %, its seeds 1.0 and 1.2 the
-    # bar's ends; a linear axis, on which Moons' and MNIST's changes are both visible.
-    ip = fig.data[1]
-    assert len(fig.data) == 3 and list(ip.y) == [0, pytest.approx(100 * (1.1 / 2.1 - 1))]
-    assert list(ip.error_y.arrayminus) == [pytest.approx(100 * 0.1 / 2.1)] * 2
-    assert fig.layout.yaxis2.type != "log" and "%" in fig.layout.yaxis2.title.text
-    # Settings as evenly spaced categories (λ_adv starts at 0); shares end at 1, below the
-    # lowest seed.
-    assert fig.layout.xaxis.type == "category" and list(fig.data[0].x) == ["0.1", "2"]
-    assert list(fig.layout.yaxis.range) == [pytest.approx(0.48), 1.01]
-
-
 def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):
     from cfbook.paper.merge import read_result
 
@@ -926,28 +562,6 @@ def test_a_shipped_result_is_read_or_reported_missing_or_damaged(tmp_path):
         ValueError, match="two_d.json is not valid JSON.*python -m cfbook.commands.paper"
     ):
         read_result(tmp_path, "two_d.json")
-
-
-def test_interval_bars_reach_from_the_reduction_to_its_interval(smoke):
-    from cfbook.book.figures.ablation import ablation_figure, interval_bars
-    from cfbook.book.figures.reproduction import reduction_figure
-
-    bars = interval_bars([{"reduction": 10.0, "reduction_low": 4.0, "reduction_high": 25.0}, {}])
-    assert bars["array"] == [15.0, None] and bars["arrayminus"] == [6.0, None]
-    results = json.loads((smoke / "results.json").read_text())
-    # Per measure, the paper's dots and one series per seed.
-    assert len(reduction_figure(results).data) == 3 * (1 + 2)
-    # One series per objective, a dot per data set and seed with that seed's interval.
-    fig = ablation_figure(results)
-    assert [t.name for t in fig.data] == ["full (CT)", "energy only", "adversarial only"]
-    energy = fig.data[1]
-    seeds = results["ablation"]["adult"]["energy"]["per_seed"]["ip"]
-    adult = [i for i, label in enumerate(energy.x) if label == "Adult"]
-    assert [energy.customdata[i] for i in adult] == results["ablation"]["adult"]["seeds"]
-    assert [energy.y[i] for i in adult] == [s["reduction"] for s in seeds]
-    assert [energy.error_y.array[i] for i in adult] == [
-        s["reduction_high"] - s["reduction"] for s in seeds
-    ]
 
 
 def test_mnist_is_resampled_per_class_with_replacement_in_file_order():
@@ -996,10 +610,9 @@ def test_a_variant_runs_beside_the_paper_setup_into_its_own_folder(smoke):
 def test_a_knob_study_of_another_paper_setup_says_so():
     from cfbook.book.figures.ablation import knobs_setup_text
 
-    old = {"knobs": {"step_size": [0.05, 0.25, 1.0]}}
-    assert knobs_setup_text(old).startswith("**This knob study predates")
-    assert "taken as 0.25" in knobs_setup_text(old)
-    assert knobs_setup_text({"knobs": {"step_size": [0.05, 0.1, 0.25, 1.0]}}) == ""
+    # A study whose step values lack the paper's step (0.1) was made with another setup.
+    assert knobs_setup_text({"knobs": {"step_size": [0.05, 0.25, 1.0]}})
+    assert not knobs_setup_text({"knobs": {"step_size": [0.05, 0.1, 0.25, 1.0]}})
 
 
 def test_a_variant_retrains_exactly_when_it_changes_training():
@@ -1103,3 +716,45 @@ def test_a_knob_point_is_evaluated_once_and_a_changed_one_refused(smoke, tmp_pat
     # Only the knob study on that data set, never the whole grid (--knobs --force alone).
     with pytest.raises(ValueError, match=r"paper --merge-only --knobs --data lin_sep --force\)$"):
         knobs._evaluate(cell, Scale.smoke(), tmp_path, data, torch.device("cpu"))
+
+
+def test_read_cell_logs_finds_one_training_by_data_set_and_seed(tmp_path: Path):
+    from cfbook.paper.merge import read_cell_logs
+
+    cells = tmp_path / "reproduction" / "cells"
+    variant_cells = tmp_path / "reproduction" / "variants" / "v" / "cells"
+    for folder, names in (
+        (cells, ("lin_sep-full_protected-s0", "lin_sep-full-s0", "adult-full_protected-s12")),
+        (variant_cells, ("lin_sep-full_protected-s2",)),
+    ):
+        folder.mkdir(parents=True)
+        for name in names:
+            content = {"config": {}, "meta": {"lambdas": [name]}, "log": [{"epoch": 1}]}
+            (folder / f"{name}.json").write_text(json.dumps(content))
+    found = read_cell_logs(tmp_path, "full_protected")
+    assert {k: sorted(v) for k, v in found.items()} == {"adult": [12], "lin_sep": [0]}
+    assert found["lin_sep"][0]["meta"]["lambdas"] == ["lin_sep-full_protected-s0"]
+    assert list(read_cell_logs(tmp_path, "full")) == ["lin_sep"]
+    assert {k: sorted(v) for k, v in read_cell_logs(tmp_path, "full_protected", "v").items()} == {
+        "lin_sep": [2]
+    }
+    assert read_cell_logs(tmp_path, "energy") == {}
+
+
+def test_read_ridged_takes_each_shipped_ridge_variant_with_its_cells(tmp_path: Path):
+    from cfbook.book.figures.ridge import RIDGED_VARIANTS, read_ridged
+
+    main, defaults = RIDGED_VARIANTS.values()
+    for variant in (main, defaults):
+        folder = tmp_path / "reproduction" / "variants" / variant / "cells"
+        folder.mkdir(parents=True)
+        content = {"meta": {"lambdas": [variant]}, "log": []}
+        (folder / "moons-full_protected-s1.json").write_text(json.dumps(content))
+    merged = {main: {"data": {}}, defaults: {"data": {}}, "shuffled": {"data": {}}}
+    found = read_ridged(tmp_path, merged)
+    assert list(found) == list(RIDGED_VARIANTS)
+    logs, results = found["CTExperiments' defaults"]
+    assert logs["moons"][1]["meta"]["lambdas"] == [defaults] and results is merged[defaults]
+    # Merged but without cells, or with cells but not merged: left out.
+    assert list(read_ridged(tmp_path, {main: {"data": {}}})) == ["the main grid's weights"]
+    assert read_ridged(tmp_path / "elsewhere", merged) == {}

@@ -213,9 +213,17 @@ def test_resolve_detects_the_device_only_when_needed(
     assert resolve_parameters("plot", "smoke") == ("plot", get_profile("smoke"))
 
 
-def test_the_protocols_record_names_one_search_only_when_set() -> None:
-    from cfbook.evaluation.protocol import PaperProtocol
+def test_the_shipped_tutorial_logs_are_the_tutorial_profile_run_as_configured() -> None:
+    from cfbook.book.stages import load_comparison_runs
+    from cfbook.data.paths import find_data_dir
 
-    assert "one_search" not in PaperProtocol().config()
-    assert PaperProtocol(one_search=True).config()["one_search"] is True
-    assert {**PaperProtocol().config(), "one_search": False} == dataclasses.asdict(PaperProtocol())
+    profile = get_profile("tutorial")
+    runs = load_comparison_runs(profile, data_dir=find_data_dir())
+    assert runs is not None, "data/tutorial/ lacks its logs"
+    for log in (runs[0][0], runs[1][0]):
+        assert log.meta["config"] == profile.config()
+        assert len(log) == profile.nepochs
+    full = runs[0][0]
+    assert full.meta["mature"] == "raw" and full.meta["nce"] == profile.nce
+    burnin = full.meta["burnin_epochs"]
+    assert all((r.implaus is not None) == (r.epoch > burnin) for r in full)

@@ -50,10 +50,3 @@ def test_every_page_is_an_appendix_with_one_title_and_a_section_per_object() -> 
             assert re.search(rf"^## \S+ \{{ #{re.escape(anchor)} \}}$", text, re.M), (path, name)
         # Sphinx roles are not Markdown: the docstrings use plain code spans.
         assert not re.search(r":(func|class|meth|attr|mod):`", text), path
-
-
-def test_the_public_api_is_documented() -> None:
-    import cfbook
-
-    documented = {name.rsplit(".", 1)[-1] for names in _listed().values() for name in names}
-    assert set(cfbook.__all__) - documented == set()

@@ -6,13 +6,12 @@ import pytest
 import torch
 from distributed_worker import toy_data, toy_run
 
-from cfbook.book.benchmarks import RESULTS_JSON, benchmark_summary, stored_benchmark
+from cfbook.book.benchmarks import RESULTS_JSON, stored_benchmark
 from cfbook.book.scaling import (
     device_comparison_markdown,
     load_scaling_runs,
     measure,
     run_path,
-    scaling_figure,
     scaling_markdown,
     scaling_profiles,
 )
@@ -89,8 +88,6 @@ def test_scaling_runs_are_read_back_by_process_count(tmp_path, profiled):
     assert list(runs) == [1, 2]
     table = scaling_markdown(runs).splitlines()
     assert len(table) == 4 and table[2].startswith("| 1 | 1 |") and "1.00x" in table[2]
-    figure = scaling_figure(runs, "title")
-    assert [trace.name for trace in figure.data] == ["1 process", "2 processes"]
 
 
 def test_stored_benchmark_blocks_and_device_comparison(tmp_path):
@@ -125,23 +122,3 @@ def test_measure_keeps_the_stage_log_with_its_command_and_wall_time(tmp_path):
     assert log.meta["command"] == command
     assert "data/MNIST/raw" in log.meta["data_source"]  # relative: no machine paths in the log
     assert not (data_dir / "smoke").exists()  # the profile's own logs are left alone
-
-
-def test_a_recorded_benchmark_is_summarised_by_its_targets_with_no_headings():
-    summary = benchmark_summary("calibration")  # recorded in benchmarks/results.json
-    assert summary.startswith("**Targets**\n\n| target | measured | status |")
-    assert "<details><summary>All of benchmark calibration</summary>" in summary
-    assert not any(line.startswith("#") for line in summary.splitlines())
-    assert benchmark_summary("no-such-benchmark") is None
-
-
-def test_the_scaling_figures_caption_names_the_profiles_that_were_measured():
-    import nbformat
-
-    from cfbook.book.scaling import scaling_profiles
-    from cfbook.data import find_data_dir
-
-    chapter = nbformat.read(find_data_dir().parent / "book" / "scaling.ipynb", as_version=4)
-    (cell,) = [c for c in chapter.cells if "#| label: fig-scaling" in c.source]
-    measured = scaling_profiles(find_data_dir())
-    assert ("so far only `smoke`" in cell.source) == (measured == ["smoke"]), measured

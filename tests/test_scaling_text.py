@@ -8,7 +8,6 @@ import sys
 import types
 from pathlib import Path
 
-import plotly.io as pio
 import pytest
 
 from cfbook.book import scaling
@@ -19,7 +18,6 @@ from cfbook.book.scaling import (
     load_scaling_runs,
     measure,
     run_path,
-    scaling_figure,
     scaling_markdown,
     scaling_profiles,
 )
@@ -59,10 +57,7 @@ def _runs() -> dict[int, TrainingLog]:
 
 
 def test_the_scaling_table_per_process_count() -> None:
-    assert scaling_markdown(_runs()).splitlines() == [
-        "| processes | threads each | epochs, summed | per epoch after burn-in | command wall time "
-        "| final train loss | final accuracy (train / held-out) | speed-up of the epochs |",
-        "|---:|---:|---:|---:|---:|---:|---|---:|",
+    assert scaling_markdown(_runs()).splitlines()[2:] == [
         "| 1 | 2 | 9.0 s | 4.0 s | 1.0 s | 0.3333 | 0.530 / 0.430 | 1.00x |",
         "| 2 | ? | 4.5 s | 2.0 s | 750 ms | 0.2500 | n/a / 0.440 | 2.00x |",
         "| 4 | 1 | 3.0 s | n/a | 1.5 s | 0.5000 | 0.520 / 0.420 | 3.00x |",
@@ -70,28 +65,6 @@ def test_the_scaling_table_per_process_count() -> None:
     assert scaling_markdown({}) == (
         "No scaling runs stored: run `python -m cfbook.commands.scaling --profile cpu --mode full`."
     )
-
-
-def test_the_scaling_figure_draws_each_runs_epochs() -> None:
-    runs = _runs()
-    fig = scaling_figure(runs, "CT on the cpu profile")
-    assert [(t.name, list(t.x), list(t.y), t.mode) for t in fig.data] == [
-        ("1 process", [1, 2, 3], [1.0, 3.0, 5.0], "lines+markers"),
-        ("2 processes", [1, 2, 3, 4], [0.25, 1.5, 2.5, 0.25], "lines+markers"),
-        ("4 processes", [1, 2], [1.5, 1.5], "lines+markers"),
-    ]
-    (burnin,) = fig.layout.shapes  # the first run's burn-in ends between epochs 1 and 2
-    assert (burnin.x0, burnin.x1, burnin.line.dash, burnin.line.color) == (
-        1.5,
-        1.5,
-        "dash",
-        "#444444",
-    )
-    layout = fig.layout
-    assert layout.title.text == "CT on the cpu profile"
-    assert (layout.xaxis.title.text, layout.yaxis.title.text) == ("epoch", "seconds per epoch")
-    assert layout.template == pio.templates["plotly_white"]
-    assert not scaling_figure({1: _log([1.0], 0)}, "no burn-in").layout.shapes
 
 
 @pytest.mark.parametrize("processes", [2, 3])
@@ -136,17 +109,12 @@ def test_the_device_comparison_reads_each_profiles_first_seed(tmp_path: Path) ->
     save_log(_stage_log([1.0, 2.0]), log_path(tmp_path, "smoke", "full"))
     save_log(_stage_log([1.0, 1.0]), log_path(tmp_path, "smoke", "vanilla"))
     text = device_comparison_markdown(tmp_path, profiles=("tutorial", "cpu", "smoke", "big"))
-    assert text.split("\n") == [
-        "Seconds per epoch after burn-in, first seed of each profile:",
-        "",
-        "| profile | device | model, N, nce | CT s/epoch | baseline s/epoch | CT / baseline |",
-        "|---|---|---|---:|---:|---:|",
+    rows = [line for line in text.split("\n") if line.startswith("| `")]
+    assert rows == [
         "| `cpu` | CPU: test | mlp, 120, 40 | 4.00 | 1.50 | 2.7x |",
         "| `smoke` | ? | mlp, 120, 40 | 2.00 | 1.00 | 2.0x |",
-        "",
-        "No stored run of `tutorial`, `big` yet: `bash scripts/gpu-check.sh` on a GPU machine "
-        "trains the `tutorial` profile.",
     ]
+    assert "`tutorial`, `big`" in text  # the profiles without a stored run
 
 
 @pytest.mark.parametrize("by_default", [True, False], ids=["CFBOOK_DATA_DIR", "data_dir"])

@@ -1,20 +1,70 @@
-"""The generated verdicts of the comparison, evaluation and ablation chapters, on crafted logs and
-results: a verdict must follow from the statistic that answers its question, seed by seed."""
+"""The verdicts the comparison, evaluation, ablation, microscope, ridge and 2-D chapters render,
+as data, on crafted logs and results: a verdict must follow from the statistic that answers its
+question, seed by seed. The chapters' wording is not tested here."""
 
 from __future__ import annotations
 
+from statistics import fmean, pstdev
+
 import pytest
 
-from cfbook.book.figures.seeds import seeds_figure, seeds_markdown, seeds_summary
-from cfbook.book.report import (
-    Comparison,
-    clear_difference,
-    paired_comparison,
-    paired_table,
-    paired_text,
-    robustness_text,
+from cfbook.book.figures.ablation import (
+    Half,
+    Sensitivity,
+    ablation_verdict,
+    ig_verdict,
+    sensitivity,
 )
+from cfbook.book.figures.microscope import Adversarial, microscope_searches
+from cfbook.book.figures.ridge import Reached, stability_reading
+from cfbook.book.figures.seed_page import (
+    Movement,
+    SeedPageVerdict,
+    post_burnin_seconds,
+    seed_page_summary,
+    seed_page_verdict,
+)
+from cfbook.book.figures.seeds import ComparisonVerdict, Trend, seeds_summary, seeds_verdict
+from cfbook.book.figures.two_d import two_d_readings
+from cfbook.book.report import (
+    Claim,
+    Comparison,
+    Difference,
+    Tally,
+    clear_difference,
+    difference,
+    paired_comparison,
+    paired_verdict,
+    robustness_verdicts,
+)
+from cfbook.evaluation.statistics import compare_rounds
+from cfbook.paper.merge import ABLATION_MEASURES, _ablation, _ig, _ig_stats
 from cfbook.training.log import EpochRecord, TrainingLog
+
+# --- per-seed differences ---------------------------------------------------------------------
+
+
+def test_a_clear_difference_has_one_sign_in_every_seed_and_more_than_two_errors():
+    assert clear_difference([2.0, 2.1, 1.9])
+    assert clear_difference([2.0, 4.0])  # mean 3, two standard errors 2
+    assert clear_difference([-2.0, -4.0])
+    assert not clear_difference([3.0, -0.5, 0.2])  # signs disagree
+    assert not clear_difference([0.1, 5.0, 0.1])  # one sign, but within two SEs
+    assert not clear_difference([2.0])  # one seed: no error estimate
+    assert not clear_difference([0.0, 10.0, 10.0, 10.0])  # zero has no sign
+    assert not clear_difference([-0.01, 0.9, 0.9, 0.9, 0.9])  # one seed against, however small
+    assert not clear_difference([1.0, 3.0])  # mean 2 is exactly two standard errors of 1
+
+
+def test_a_difference_names_its_side_or_why_it_has_none():
+    assert difference([2.0, 2.1, 1.9]) is Difference.HIGHER
+    assert difference([-2.0, -4.0]) is Difference.LOWER
+    assert difference([0.5, 0.6, 0.55]) is Difference.HIGHER  # clear, though under one point
+    assert difference([10.0, -9.0, 1.0]) is Difference.COMPARABLE
+    assert difference([0.3]) is Difference.ONE_SEED
+
+
+# --- the comparison chapter ----------------------------------------------------------------------
 
 
 def _log(seed, acc, implaus=None, implaus_valid=None, valid=None, burnin=1, mature="neighbour"):
@@ -46,21 +96,17 @@ def _pair(acc_full, acc_vanilla, implaus, implaus_valid, valid):
 
 
 def test_a_falling_average_that_only_tracks_validity_is_not_called_an_improvement():
-    # implaus (invalid counting 0) falls from 0 to -0.2 as validity rises from 0 % to 8 %,
+    # implaus (invalid counting 0) falls from 0 to -0.2 as validity rises from 1 % to 8 %,
     # while the differential over the valid counterfactuals rises from -2.47 to -2.09.
-    implaus, valid = [0.0, -0.1, -0.2], [0.01, 0.04, 0.08]
-    implaus_valid = [-2.47, -2.3, -2.09]
-    full, vanilla = _pair(
-        [[0.9, 0.95, 0.96, 0.97]] * 3, [[0.9, 0.95, 0.96, 0.97]] * 3, implaus, implaus_valid, valid
-    )
-    text = seeds_markdown(seeds_summary(full, vanilla))
-    assert "it rose in every seed: the model gives the counterfactuals that reach their" in text
-    assert "moved the other way" in text and "follows the share of valid searches" in text
-    assert "fell in every seed" not in text
+    acc = [[0.9, 0.95, 0.96, 0.97]] * 3
+    full, vanilla = _pair(acc, acc, [0.0, -0.1, -0.2], [-2.47, -2.3, -2.09], [0.01, 0.04, 0.08])
+    s = seeds_summary(full, vanilla)
+    assert s["implaus_valid_trend_pct"] == pytest.approx([100 * (-2.47 + 2.09) / 2.47] * 3)
+    assert s["implaus_fall"] == pytest.approx([0.2] * 3)
+    assert seeds_verdict(s) == ComparisonVerdict(Difference.COMPARABLE, Trend.ROSE, True)
 
 
 def test_a_single_seed_dip_of_the_baseline_is_not_higher_accuracy_with_ct():
-    # Seed 0's baseline dips at the end (0.934); seeds 1 and 2 are level with CT.
     full_acc = [[0.95, 0.96, 0.964, 0.964]] * 3
     vanilla_acc = [
         [0.95, 0.978, 0.95, 0.934],
@@ -68,37 +114,32 @@ def test_a_single_seed_dip_of_the_baseline_is_not_higher_accuracy_with_ct():
         [0.95, 0.96, 0.963, 0.966],
     ]
     full, vanilla = _pair(full_acc, vanilla_acc, [-1.0, -1.1, -1.2], [-2.0, -2.1, -2.2], [0.6] * 3)
-    text = seeds_markdown(seeds_summary(full, vanilla))
-    assert "comparable: the difference is within the spread between seeds" in text
-    assert "higher with CT" not in text
-    assert "percentage points for accuracy" in text and "pp" in text
+    s = seeds_summary(full, vanilla)
+    # Held-out accuracy over the last three epochs, CT minus baseline, per seed.
+    expected = [
+        100 * (fmean(f[-3:]) - fmean(v[-3:])) for f, v in zip(full_acc, vanilla_acc, strict=True)
+    ]
+    assert s["acc_diffs_pp"] == pytest.approx(expected)
+    assert seeds_verdict(s).accuracy is Difference.COMPARABLE
 
 
 def test_a_consistent_gap_and_a_consistent_fall_are_reported_as_such():
     full_acc = [[0.95, 0.97, 0.97, 0.97], [0.95, 0.971, 0.971, 0.971], [0.95, 0.969, 0.969, 0.969]]
-    vanilla_acc = [
-        [0.95, 0.95, 0.95, 0.95],
-        [0.95, 0.951, 0.951, 0.951],
-        [0.95, 0.949, 0.949, 0.949],
-    ]
+    vanilla_acc = [[0.95] * 4, [0.95, 0.951, 0.951, 0.951], [0.95, 0.949, 0.949, 0.949]]
     full, vanilla = _pair(full_acc, vanilla_acc, [-1.0, -1.5, -2.0], [-2.0, -2.5, -3.0], [0.8] * 3)
     s = seeds_summary(full, vanilla)
-    assert s["acc_diffs_pp"] == [2.0, 2.0, 2.0] or all(
-        abs(d - 2.0) < 1e-9 for d in s["acc_diffs_pp"]
-    )
-    text = seeds_markdown(s)
-    assert "higher with CT" in text and "it fell in every seed" in text
-    assert "80 % of the training-time counterfactuals were valid" in text
-    fig = seeds_figure(full, vanilla)
-    assert (
-        len(fig.data) == 2 * 2 * 2 + 2 * 2
-    )  # two bands and two means per objective, CT only below
+    assert s["acc_diffs_pp"] == pytest.approx([2.0, 2.0, 2.0])
+    assert s["valid_per_seed"] == pytest.approx([0.8] * 3)
+    # The differential over the valid ones falls from -2 to -3 (+50 %) in every seed, and the
+    # average over all of them falls too.
+    assert s["implaus_valid_trend_pct"] == pytest.approx([50.0] * 3)
+    assert seeds_verdict(s) == ComparisonVerdict(Difference.HIGHER, Trend.FELL, False)
 
 
 def _summary(**changes):
     """A comparison summary as ``seeds_summary`` returns it: three seeds, CT clearly less
-    accurate, validity 50 % on average, the differential over the valid counterfactuals rising
-    in every seed while the average over all of them falls."""
+    accurate, the differential over the valid counterfactuals rising in every seed while the
+    average over all of them falls."""
     s = {
         "seeds": [42, 43, 44],
         "mature": "neighbour",
@@ -115,71 +156,36 @@ def _summary(**changes):
     return s | changes
 
 
-def test_the_comparison_text_reads_to_the_character():
-    # Accuracy: mean -2.0, sample sd 0.2, SE 0.115; the trend: mean -20, SE 5.8; the time ratio
-    # 30 / 7.5 = 4.0.
-    assert seeds_markdown(_summary()) == (
-        "**Runs:** 3 seeds per objective (42, 43, 44), 20 epochs, the first 4 without "
-        'counterfactuals; invalid counterfactuals count as their neighbour (mature="neighbour"). '
-        "Differences: percentage points for accuracy, relative % for the energy differential; "
-        "positive = CT better.\n\n"
-        "**Cost:** after burn-in an epoch took 30.0 s with CT against 7.5 s for the baseline "
-        "(4.0 times as long), averaged over the seeds.\n\n"
-        "**Accuracy:** held-out accuracy over the last 3 recorded epochs, CT minus baseline: "
-        "-2.0 pp ± 0.1 over the seeds (-2.0, -2.2, -1.8 pp): lower with CT.\n\n"
-        "**Search:** after burn-in 50 % of the training-time counterfactuals were valid on "
-        "average (per seed: 50 %, 25 %, 75 %).\n\n"
-        "**Plausibility:** the energy differential over the valid counterfactuals changed by "
-        "-20 % ± 6 from the first to the last search epoch (-10, -20, -30 %; positive = fell): "
-        "it rose in every seed: the model gives the counterfactuals that reach their target more "
-        "evidence relative to real target-class samples, the opposite of what the term asks. "
-        "Over all counterfactuals (an invalid one counting 0) it moved the other way: that "
-        "average follows the share of valid searches, not plausibility."
-    )
-    one = _summary(
-        seeds=[7],
-        mature="raw",
-        nepochs=5,
-        burnin_epochs=1,
-        time_full=None,
-        acc_diffs_pp=[0.3],
-        valid_per_seed=[],
-        implaus_valid_trend_pct=[],
-        implaus_fall=[],
-        last_epochs=2,
-    )
-    assert seeds_markdown(one) == (
-        "**Runs:** 1 seed per objective (7), 5 epochs, the first 1 without counterfactuals; "
-        'invalid counterfactuals count as found (mature="raw"). Differences: percentage points '
-        "for accuracy, relative % for the energy differential; positive = CT better.\n\n"
-        "**Accuracy:** held-out accuracy over the last 2 recorded epochs, CT minus baseline: "
-        "+0.3 pp over the seeds (+0.3 pp): one seed: no spread between seeds to tell a "
-        "difference from.\n\n"
-        "**Plausibility:** too few valid counterfactuals to follow the energy differential over "
-        "the valid ones; this run says nothing about plausibility."
-    )
-    # No baseline time: no cost line either.
-    assert "**Cost:**" not in seeds_markdown(_summary(time_vanilla=None))
-
-
-def test_the_comparison_text_sets_the_average_over_all_counterfactuals_beside_a_clear_trend():
-    other_way = "moved the other way"
-    # Small but consistent: a gain of 0.3 pp and a fall of 0.3 % in every seed (sums below 1).
-    small = _summary(acc_diffs_pp=[0.3] * 3, implaus_valid_trend_pct=[0.3] * 3)
-    text = seeds_markdown(small | {"implaus_fall": [-1.0]})
-    assert "(+0.3, +0.3, +0.3 pp): higher with CT." in text and other_way in text
-    assert (
-        "(+0, +0, +0 %; positive = fell): it fell in every seed: the model gives the "
-        "counterfactuals that reach their target less evidence relative to real target-class "
-        "samples. Over all"
-    ) in text
-    assert other_way not in seeds_markdown(small)  # the average fell too
-    assert other_way not in seeds_markdown(small | {"implaus_fall": []})  # not logged
-    # An average over all counterfactuals that did not move is not "the other way" of a rise.
-    assert other_way not in seeds_markdown(_summary(implaus_fall=[0.0] * 3))
-    # No consistent trend: nothing to set the average against.
-    mixed = seeds_markdown(_summary(implaus_valid_trend_pct=[5.0, -5.0], implaus_fall=[1.0]))
-    assert "no consistent change across the seeds." in mixed and other_way not in mixed
+@pytest.mark.parametrize(
+    ("changes", "verdict"),
+    [
+        ({}, ComparisonVerdict(Difference.LOWER, Trend.ROSE, True)),
+        (
+            {"acc_diffs_pp": [0.3], "implaus_valid_trend_pct": [], "implaus_fall": []},
+            ComparisonVerdict(Difference.ONE_SEED, Trend.NOT_MEASURED, False),
+        ),
+        ({"acc_diffs_pp": []}, ComparisonVerdict(None, Trend.ROSE, True)),
+        # Small but consistent: 0.3 in every seed; the average over all fell too, or was not
+        # logged, or did not move: never "the other way".
+        (
+            {"acc_diffs_pp": [0.3] * 3, "implaus_valid_trend_pct": [0.3] * 3},
+            ComparisonVerdict(Difference.HIGHER, Trend.FELL, False),
+        ),
+        (
+            {"implaus_valid_trend_pct": [0.3] * 3, "implaus_fall": [-1.0]},
+            ComparisonVerdict(Difference.LOWER, Trend.FELL, True),
+        ),
+        ({"implaus_fall": []}, ComparisonVerdict(Difference.LOWER, Trend.ROSE, False)),
+        ({"implaus_fall": [0.0] * 3}, ComparisonVerdict(Difference.LOWER, Trend.ROSE, False)),
+        # No consistent trend: nothing to set the average against.
+        (
+            {"implaus_valid_trend_pct": [5.0, -5.0], "implaus_fall": [1.0]},
+            ComparisonVerdict(Difference.LOWER, Trend.MIXED, False),
+        ),
+    ],
+)
+def test_the_comparison_verdicts(changes, verdict):
+    assert seeds_verdict(_summary(**changes)) == verdict
 
 
 def test_the_comparison_summary_reads_each_seed_s_log():
@@ -196,44 +202,66 @@ def test_the_comparison_summary_reads_each_seed_s_log():
     assert s["implaus_valid_trend_pct"] == [50.0, 50.0]
     # The average over all counterfactuals, first search epoch minus the last, absolute.
     assert s["implaus_fall"] == [2.0, 4.0, 0.0, 0.0]
+    # Seconds per epoch after burn-in: 2 for CT, 1 for the baseline (no search).
+    assert (s["time_full"], s["time_vanilla"]) == (2.0, 1.0)
     # A log without a burn-in entry counts every epoch as a search epoch.
     bare = TrainingLog(list(logs[0]), {"seed": 0})
     assert seeds_summary([bare], [bare])["burnin_epochs"] == 0
+    with pytest.raises(ValueError, match="as many CT as baseline runs"):
+        seeds_summary(logs, logs[:1])
 
 
-def test_the_comparison_figure_draws_each_measure_s_seed_band_and_mean_where_it_belongs():
-    full = [
-        _log(0, [0.5, 0.6, 0.7], [1.0, 2.0], [3.0, 4.0], [0.5, 0.7]),
-        _log(1, [0.7, 0.8, 0.9], [1.0, 2.0], [5.0, None], [0.9, 0.1]),
+# --- the GPU chapter's seed page -----------------------------------------------------------------
+
+
+def _page_log(times, implaus=None, valid=0.1, mature="raw", burnin=2):
+    records = [
+        EpochRecord(
+            epoch=epoch,
+            acc=0.9 + epoch / 100 if epoch % 2 == 0 else None,
+            acc_val=0.85 if epoch % 2 == 0 else None,
+            train_loss=0.1,
+            implaus=implaus[epoch - burnin - 1] if implaus and epoch > burnin else None,
+            reg_loss=None,
+            adv_loss=None,
+            time_taken=t,
+            percent_valid=valid,
+            avg_iter=30.0,
+        )
+        for epoch, t in enumerate(times, start=1)
     ]
-    vanilla = [_log(0, [0.4, 0.5, 0.6]), _log(1, [0.6, 0.5, 0.4])]
-    fig = seeds_figure(full, vanilla)
-    # Per panel and objective: the band (max over seeds, then min backwards) and the mean.
-    expected = [
-        ("x", [1, 2, 3], [1.0, 2.0, 2.0], [1.0, 2.0, 2.0], [1.0, 2.0, 2.0]),  # CT's seconds
-        ("x2", [1, 2, 3], [0.7, 0.8, 0.9], [0.5, 0.6, 0.7], [0.6, 0.7, 0.8]),  # CT's accuracy
-        ("x", [1, 2, 3], [1.0] * 3, [1.0] * 3, [1.0] * 3),  # the baseline's seconds
-        ("x2", [1, 2, 3], [0.6, 0.5, 0.6], [0.4, 0.5, 0.4], [0.5, 0.5, 0.5]),
-        ("x3", [2, 3], [0.9, 0.7], [0.5, 0.1], [0.7, 0.4]),  # valid share, search epochs only
-        ("x4", [2, 3], [5.0, 4.0], [3.0, 4.0], [4.0, 4.0]),  # a seed without valid ones left out
-    ]
-    assert len(fig.data) == 2 * len(expected)
-    for k, (axis, epochs, top, bottom, mean) in enumerate(expected):
-        band, line = fig.data[2 * k], fig.data[2 * k + 1]
-        assert band.xaxis == line.xaxis == axis, k
-        assert list(band.x) == epochs + epochs[::-1] and list(line.x) == epochs, k
-        assert list(band.y) == pytest.approx(top + bottom[::-1]), k
-        assert list(line.y) == pytest.approx(mean), k
-    assert [t.name for t in fig.data if t.showlegend] == ["CT (full objective)", "baseline"]
-    assert [t.name for t in fig.data[1::2]][4:] == ["CT", "CT"]
-    assert fig.layout.shapes[0].x0 == 1.5  # the end of the burn-in
+    return TrainingLog(records, {"burnin_epochs": burnin, "mature": mature, "device": "cpu"})
 
 
-def test_clear_difference_needs_one_sign_and_two_standard_errors():
-    assert clear_difference([2.0, 2.1, 1.9])
-    assert not clear_difference([3.0, -0.5, 0.2])  # signs disagree
-    assert not clear_difference([0.1, 5.0, 0.1])  # one sign, but within two SEs
-    assert not clear_difference([2.0])  # one seed: no error estimate
+def test_the_seed_page_reads_the_last_measured_epoch_and_the_search_epochs():
+    assert post_burnin_seconds(_page_log([1.0, 1.0, 3.0, 5.0])) == pytest.approx(4.0)
+    full = _page_log([1.0, 1.0, 6.0, 6.0], implaus=[-1.0, -3.0])
+    s = seed_page_summary(full, _page_log([1.0, 1.0, 2.0, 2.0]))
+    assert (s["time_full"], s["time_vanilla"]) == (6.0, 2.0)
+    assert (s["acc_full"], s["acc_val_full"]) == (pytest.approx(0.94), 0.85)
+    assert (s["implaus_first"], s["implaus_last"], s["implaus_min"]) == (-1.0, -3.0, -3.0)
+    assert (s["search_epochs"], s["valid"]) == (2, pytest.approx(0.1))
+    assert seed_page_verdict(s) == SeedPageVerdict(Movement.FELL, True)
+    # No search epoch: no implausibility to follow.
+    bare = seed_page_summary(_page_log([1.0] * 4), _page_log([1.0] * 4))
+    assert bare["implaus_first"] is None and seed_page_verdict(bare).implausibility is None
+
+
+@pytest.mark.parametrize(
+    ("implaus", "valid", "mature", "verdict"),
+    [
+        ([-3.0, -1.0], 0.1, "raw", SeedPageVerdict(Movement.ROSE, True)),
+        ([-2.0, -2.0], 0.1, "raw", SeedPageVerdict(Movement.STAYED, True)),
+        ([-1.0, -3.0], 0.5, "raw", SeedPageVerdict(Movement.FELL, False)),  # half valid
+        ([-1.0, -3.0], 0.1, "neighbour", SeedPageVerdict(Movement.FELL, False)),
+    ],
+)
+def test_the_seed_page_verdicts(implaus, valid, mature, verdict):
+    full = _page_log([1.0, 1.0, 6.0, 6.0], implaus=implaus, valid=valid, mature=mature)
+    assert seed_page_verdict(seed_page_summary(full, _page_log([1.0] * 4))) == verdict
+
+
+# --- the evaluation chapter: the paired protocol and robustness ----------------------------------
 
 
 def _rounds(ct, base, valid=1.0):
@@ -244,115 +272,150 @@ def _rounds(ct, base, valid=1.0):
     }
 
 
+def _runs(*per_round):
+    return {"runs": [{"per_round": r} for r in per_round]}
+
+
+BETTER = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
+WORSE = _rounds([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])
+
+
 def test_the_paired_claim_follows_every_seed_s_interval():
-    better = {"runs": [{"per_round": _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])}] * 3}
-    c = paired_comparison(better)
+    c = paired_comparison(_runs(BETTER, BETTER, BETTER))
     assert c["seeds"] == 3 and c["rounds"] == 9 and c["rounds_per_seed"] == [3, 3, 3]
-    assert c["ip"]["significant"] and all(r["significant"] for r in c["per_seed"]["ip"])
-    assert paired_text(c).startswith("**The claim held here:** in every seed")
-    row = next(line for line in paired_table(c).splitlines() if line.startswith("| IP (L1"))
-    assert row.startswith("| IP (L1 to target-class digits) | 1 | 2 | +50.1 ±")
-    assert row.endswith("| yes | 9 of 9 | +50.1 ✱ / +50.1 ✱ / +50.1 ✱ |")
-    assert "length scale 0.5" not in paired_table(c)  # MNIST's MMD² vanishes there
-    noisy = {"runs": [{"per_round": _rounds([1.0, 3.0, 0.5], [2.0, 1.0, 1.5])}]}
-    assert paired_text(paired_comparison(noisy)).startswith("**The claim is not settled here:**")
-    worse = {"runs": [{"per_round": _rounds([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])}] * 2}
-    assert paired_text(paired_comparison(worse)).startswith(
-        "**The claim did not hold here:** in every seed"
-    )
+    ratios = [1 / 2, 1.1 / 2.1, 0.9 / 1.9]
+    assert c["ip"]["reduction"] == pytest.approx(100 * (1 - fmean(ratios)))
+    assert (c["ip"]["ct"], c["ip"]["baseline"]) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert "ip_star_0.5" not in c  # MNIST's MMD² vanishes at that length scale
+    verdict = paired_verdict(c)
+    assert verdict.claim is Claim.HELD and verdict.tallies["ip"] == Tally(3, 3, 0, 0)
+    assert not verdict.validity_differs
+    noisy = _rounds([1.0, 3.0, 0.5], [2.0, 1.0, 1.5])
+    assert paired_verdict(paired_comparison(_runs(noisy))).claim is Claim.NOT_SETTLED
+    assert paired_verdict(paired_comparison(_runs(WORSE, WORSE))).claim is Claim.NOT_HELD
 
 
 def test_seeds_that_disagree_leave_the_claim_open_even_where_the_pooled_rounds_do_not():
     # Seeds 0 and 1: CT lower in every round. Seed 2: differences -10, -10, +0.3, so its own
     # 99 % quantile is -10 + 0.99 * 10.3 > 0 and its interval includes zero; pooled over the
     # nine rounds it is -10 + 0.96 * 10.3 < 0, so the pooled interval excludes it.
-    seeds = [([1.0, 1.0, 1.0], [11.0, 11.0, 11.5])] * 2 + [([1.0, 1.0, 1.3], [11.0, 11.0, 1.0])]
-    c = paired_comparison({"runs": [{"per_round": _rounds(ct, bl)} for ct, bl in seeds]})
+    lower = _rounds([1.0, 1.0, 1.0], [11.0, 11.0, 11.5])
+    c = paired_comparison(_runs(lower, lower, _rounds([1.0, 1.0, 1.3], [11.0, 11.0, 1.0])))
     assert c["ip"]["significant"]
     assert [r["significant"] for r in c["per_seed"]["ip"]] == [True, True, False]
-    text = paired_text(c)
-    assert text.startswith("**The claim is not settled here:**")
-    assert "excludes zero in CT's favour in 2 of 3 seeds and against it in 0" in text
-    against = [([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])] * 2 + [([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])]
-    c = paired_comparison({"runs": [{"per_round": _rounds(ct, bl)} for ct, bl in against]})
-    assert "in CT's favour in 2 of 3 seeds and against it in 1" in paired_text(c)
+    verdict = paired_verdict(c)
+    assert verdict.claim is Claim.NOT_SETTLED and verdict.tallies["ip"] == Tally(3, 2, 0, 0)
+    c = paired_comparison(_runs(BETTER, BETTER, WORSE))
+    assert paired_verdict(c).tallies["ip"] == Tally(3, 2, 1, 0)
 
 
 def test_a_measure_resting_on_few_rounds_or_seeds_says_so():
-    full = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
     sparse = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
     sparse["full"]["ip_star_5"] = [None, None, None]  # no valid counterfactual of CT's
     partial = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9])
     partial["full"]["ip_star_5"] = [1.0, None, 0.9]
-    c = paired_comparison({"runs": [{"per_round": r} for r in (sparse, partial, full)]})
+    c = paired_comparison(_runs(sparse, partial, BETTER))
     assert c["per_seed"]["ip_star_5"][0] is None and c["ip_star_5"]["rounds"] == 5
-    text = paired_text(c)
     # The partial seed's two rounds: 1 - (1 / 2 + 0.9 / 1.9) / 2 = 51.3 %.
-    assert "reduction per seed: n/a / +51.3 ✱ (2 of 3 rounds) / +50.1 ✱ %" in text
-    assert "significantly lower with CT in 2 of 3 seeds, higher in 0; in 1 no round" in text
-    star = next(line for line in paired_table(c).splitlines() if line.startswith("| IP* "))
-    assert star.endswith("| 5 of 9 | n/a / +51.3 ✱ (2 of 3 rounds) / +50.1 ✱ |")
-    for r in (sparse, partial, full):
+    second = c["per_seed"]["ip_star_5"][1]
+    assert second["rounds"] == 2 and second["reduction"] == pytest.approx(51.3, abs=0.05)
+    assert paired_verdict(c).tallies["ip_star_5"] == Tally(3, 2, 0, 1)
+    for r in (sparse, partial):
         r["full"]["ip_star_5"] = [None, None, None]
-    c = paired_comparison({"runs": [{"per_round": r} for r in (sparse, partial, full)]})
-    assert "IP* (MMD², length scale 5): no round to measure in any seed." in paired_text(c)
-    assert "| no valid counterfactuals | 0 of 9 | n/a / n/a / n/a |" in paired_table(c)
+    c = paired_comparison(_runs(sparse, partial, sparse))
+    assert c["ip_star_5"] is None and paired_verdict(c).tallies["ip_star_5"] == Tally(3, 0, 0, 3)
 
 
-def test_robustness_is_compared_in_percentage_points_per_seed():
-    row = Comparison(
-        "fgsm_0.03",
-        "FGSM accuracy, eps 0.03",
-        {"mean": 0.8, "se": 0.01},
-        {"mean": 0.7, "se": 0.01},
-        [10.0, 9.0, 11.0],
-    )
-    assert robustness_text([row]) == (
-        "**FGSM accuracy, eps 0.03:** CT minus baseline +10.0 ± 0.6 percentage points "
-        "(+10.0, +9.0, +11.0 per seed): higher with CT."
-    )
-    row.pp[:] = [-10.0, -9.0, -11.0]
-    assert robustness_text([row]).endswith("per seed): lower with CT.")
-    row.pp[:] = [0.5, 0.6, 0.55]  # a clear difference smaller than one point
-    assert robustness_text([row]).endswith("per seed): higher with CT.")
-    row.pp[:] = [10.0, -9.0, 1.0]
-    assert robustness_text([row]).endswith("per seed): comparable within the spread between seeds.")
-    # Only clean accuracy and FGSM at the chapter's epsilon are read; a row without seeds is
-    # skipped, not the end of the text.
-    empty = Comparison("clean", "clean accuracy", {}, {}, [])
-    clean = Comparison("clean", "clean accuracy", {}, {}, [1.0])
-    other = Comparison("fgsm_0.05", "FGSM accuracy, eps 0.05", {}, {}, [1.0])
-    text = robustness_text([empty, clean, other, row])
-    first, second = text.split("\n\n")
-    assert first == (
-        "**clean accuracy:** CT minus baseline +1.0 percentage points (+1.0 per seed): "
-        "comparable within the spread between seeds."
-    )
-    assert second.startswith("**FGSM accuracy, eps 0.03:**")
-    assert robustness_text([empty]) == ""
+def _run(ip, ip_base, star, star_base, cost, cost_base):
+    """One seed's paired rounds (two): CT's validity 0.2, the baseline's 0.1 (exactly 0.1 apart,
+    which is not a validity gap)."""
+    full = {"validity": [0.2, 0.2], "ip": ip, "ip_star_5": star, "cost": cost}
+    vanilla = {"validity": [0.1, 0.1], "ip": ip_base, "ip_star_5": star_base, "cost": cost_base}
+    return {"full": full, "vanilla": vanilla}
+
+
+# Seed 0: IP 0.995 against 1 in both rounds (+0.5 %, significant), IP* in one round only, cost
+# against a baseline of 0 (no ratio). Seed 1: IP ratios 0.5 and 3 (-75 %, not significant), no
+# IP* at all, cost halved (+50 %, significant).
+SEED_0 = _run([0.995, 0.995], [1.0, 1.0], [None, 1.0], [2.0, 2.0], [1.0, 1.0], [0.0, 0.0])
+SEED_1 = _run([1.0, 3.0], [2.0, 1.0], [None, None], [2.0, 2.0], [1.0, 1.0], [2.0, 2.0])
+
+
+def test_two_crafted_seeds_pooled_and_seed_by_seed():
+    c = paired_comparison(_runs(SEED_0, SEED_1))
+    # Pooled IP: CT (0.995 + 0.995 + 1 + 3) / 4 = 1.4975, baseline 1.25; ratios 0.995, 0.995,
+    # 0.5, 3: reduction -37.25 %, SE 100 x their sample SD.
+    ip = c["ip"]
+    assert (ip["ct"], ip["baseline"]) == (pytest.approx(1.4975), pytest.approx(1.25))
+    ratios = [0.995, 0.995, 0.5, 3.0]
+    assert ip["reduction"] == pytest.approx(-37.25)
+    assert ip["se"] == pytest.approx(100 * (sum((r - 1.3725) ** 2 for r in ratios) / 3) ** 0.5)
+    assert not ip["significant"] and ip["rounds"] == 4
+    assert [s["reduction"] for s in c["per_seed"]["ip"]] == pytest.approx([0.5, -75.0])
+    assert [s["significant"] for s in c["per_seed"]["ip"]] == [True, False]
+    assert c["validity"] == {"full": pytest.approx(0.2), "vanilla": pytest.approx(0.1)}
+    verdict = paired_verdict(c)
+    assert verdict.claim is Claim.NOT_SETTLED and not verdict.validity_differs
+    # Seed 0's cost has no ratio (baseline 0): significant, but not a reduction either way.
+    assert verdict.tallies == {
+        "ip": Tally(2, 1, 0, 0),
+        "ip_star_5": Tally(2, 1, 0, 1),
+        "cost": Tally(2, 1, 0, 0),
+    }
+
+
+def test_one_seed_held_did_not_hold_or_was_not_measured():
+    assert paired_verdict(paired_comparison(_runs(SEED_0))).claim is Claim.HELD
+    one = paired_verdict(paired_comparison(_runs(SEED_1)))
+    assert one.claim is Claim.NOT_SETTLED and one.tallies["ip_star_5"] == Tally(1, 0, 0, 1)
+    worse = _run([2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
+    assert paired_verdict(paired_comparison(_runs(worse))).claim is Claim.NOT_HELD
+    missing = _run([None, None], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
+    assert paired_verdict(paired_comparison(_runs(missing))).claim is Claim.NOT_MEASURED
+    both = paired_verdict(paired_comparison(_runs(SEED_1, missing)))
+    assert both.claim is Claim.NOT_SETTLED and both.tallies["ip"] == Tally(2, 0, 0, 1)
 
 
 def test_a_validity_gap_is_named_because_the_means_cover_different_factuals():
-    rounds = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], valid=0.5)
-    text = paired_text(paired_comparison({"runs": [{"per_round": rounds}]}))
-    assert "Validity differs: 50% of CT's test-time searches reach their target (50% per" in text
-    two = paired_text(paired_comparison({"runs": [{"per_round": rounds}] * 2}))
-    assert (
-        "reach their target (50% / 50% per seed), against 100% of the baseline's (100% / 100%)"
-        in two
-    )
-    assert "against 100% of the baseline's (100%)" in text
-    level = paired_text(paired_comparison({"runs": [{"per_round": _rounds([1.0], [2.0])}]}))
-    assert "Validity differs" not in level
+    half = _rounds([1.0, 1.1, 0.9], [2.0, 2.1, 1.9], valid=0.5)
+    c = paired_comparison(_runs(half, BETTER))
+    assert c["validity"] == {"full": pytest.approx(0.75), "vanilla": pytest.approx(1.0)}
+    assert c["validity_per_seed"] == {"full": [0.5, 1.0], "vanilla": [1.0, 1.0]}
+    assert paired_verdict(c).validity_differs
+    assert paired_verdict(paired_comparison(_runs(half))).validity_differs
+    assert not paired_verdict(paired_comparison(_runs(_rounds([1.0], [2.0])))).validity_differs
 
 
-# The ablation chapter: each seed's models against its own baseline.
+def test_robustness_is_judged_in_percentage_points_per_seed_on_clean_and_fgsm_only():
+    def row(key, pp):
+        return Comparison(key, key, {}, {}, pp)
+
+    rows = [
+        row("clean", []),  # no seed: left out, not the end
+        row("clean", [1.0]),
+        row("fgsm_0.05", [1.0]),  # another epsilon: not the chapter's
+        row("fgsm_0.03", [10.0, 9.0, 11.0]),
+        row("pgd_0.03", [10.0, 9.0, 11.0]),
+    ]
+    verdicts = robustness_verdicts(rows)
+    assert [(v.label, v.diffs, v.difference) for v in verdicts] == [
+        ("clean", (1.0,), Difference.ONE_SEED),
+        ("fgsm_0.03", (10.0, 9.0, 11.0), Difference.HIGHER),
+    ]
+    for pp, verdict in (
+        ([-10.0, -9.0, -11.0], Difference.LOWER),
+        ([10.0, -9.0, 1.0], Difference.COMPARABLE),
+    ):
+        assert robustness_verdicts([row("fgsm_0.03", pp)])[0].difference is verdict
+    assert robustness_verdicts([row("clean", [])]) == []
+
+
+# --- the ablation chapter ------------------------------------------------------------------------
 
 
 def _ablation_eval(seed, rounds):
     """One seed's ablation evaluation: ``rounds`` maps each objective to its per-round IP (the
-    other measures equal to it), with FGSM accuracies 0.9 for every objective but the baseline's
-    0.8."""
+    other measures equal to it)."""
     per_round = {
         m: {"validity": [1.0] * len(v), "ip": v, "ip_star_5": v, "cost": v}
         for m, v in rounds.items()
@@ -366,9 +429,6 @@ def _ablation_eval(seed, rounds):
 
 
 def test_the_ablation_compares_each_seed_with_its_own_baseline_and_never_pools_them():
-    from cfbook.evaluation.statistics import compare_rounds
-    from cfbook.paper.merge import ABLATION_MEASURES, _ablation
-
     seeds = [
         {
             "full": [1.0, 1.1],
@@ -393,14 +453,6 @@ def test_the_ablation_compares_each_seed_with_its_own_baseline_and_never_pools_t
     assert merged["energy"]["robustness_per_seed"][1]["fgsm"] == [0.9]
 
 
-def test_ig_differences_are_taken_in_double_precision():
-    from cfbook.paper.merge import _ig_stats
-
-    # 0.1 in single precision is 0.10000000149...: the interval must be exactly ±0.1.
-    assert _ig_stats([0.1] * 3, [0.0] * 3)["diff_low"] == 0.1
-    assert _ig_stats([0.0] * 3, [0.1] * 3)["diff_high"] == -0.1
-
-
 def _interval(low, high):
     return {
         "reduction": 0.0 - (low + high) * 50,
@@ -410,69 +462,98 @@ def _interval(low, high):
     }
 
 
-def _ablation_results(ip_per_seed, fgsm_full=(0.9, 0.9)):
-    """Merged results of one data set (LS), two seeds: CT's IP intervals per seed as given,
-    every other reduction not significant; CT's FGSM accuracy per seed against the baseline's
-    0.8."""
-    flat = [_interval(-1.0, 1.0)] * 2
-    acc = [{"clean": 0.9, "epsilons": [3 / 90], "fgsm": [f], "pgd": [f]} for f in fgsm_full]
+LOWER = [_interval(-2.0, -1.0)] * 2
+FLAT = [_interval(-1.0, 1.0)] * 2
+LEVEL = [_interval(0.0, 1.0)] * 2  # from zero up: not higher
+
+
+def _ablation_results(ip, fgsm=(0.9, 0.9), energy=FLAT, adversarial=FLAT, key="lin_sep"):
+    """One data set's merged results, two seeds: CT's IP intervals per seed as given, the
+    halves' as given, every other reduction not significant; CT's FGSM accuracy per seed against
+    the baseline's 0.8."""
+    acc = [{"clean": 0.9, "epsilons": [3 / 90], "fgsm": [f], "pgd": [f]} for f in fgsm]
     base = [{"clean": 0.9, "epsilons": [3 / 90], "fgsm": [0.8], "pgd": [0.8]}] * 2
-    half = {
-        "per_seed": {"ip": flat, "ip_star_5": flat, "cost": flat},
-        "validity": 1.0,
-        "robustness": {"clean": 0.9, "epsilons": [3 / 90], "fgsm": [0.8]},
-        "robustness_per_seed": base,
-    }
-    full = {"per_seed": {"ip": ip_per_seed, "ip_star_5": flat, "cost": flat}, "validity": 1.0}
+
+    def objective(ip_seeds):
+        return {
+            "per_seed": {"ip": ip_seeds, "ip_star_5": FLAT, "cost": FLAT},
+            "validity": 1.0,
+            "robustness": {"clean": 0.9, "epsilons": [3 / 90], "fgsm": [0.8]},
+            "robustness_per_seed": base,
+        }
+
     return {
-        "data": {"lin_sep": {"seeds": [0, 1], "robustness": {"full": acc, "vanilla": base}}},
+        "data": {key: {"seeds": [0, 1], "robustness": {"full": acc, "vanilla": base}}},
         "ablation": {
-            "lin_sep": {
+            key: {
                 "seeds": [0, 1],
-                "full": full,
-                "energy": half,
-                "adversarial": half,
+                "full": objective(ip),
+                "energy": objective(energy),
+                "adversarial": objective(adversarial),
                 "vanilla": {"validity": 1.0},
             }
         },
     }
 
 
-def _bullet(text, label):
-    """The line of ``ablation_text`` on one measure."""
-    return next(line for line in text.splitlines() if line.startswith(f"- **{label}**"))
+def _merged(*parts):
+    return {
+        "data": {k: v for p in parts for k, v in p["data"].items()},
+        "ablation": {k: v for p in parts for k, v in p["ablation"].items()},
+    }
 
 
 def test_the_ablation_counts_a_term_only_where_every_seed_says_so():
-    from cfbook.book.figures.ablation import ablation_table, ablation_text
+    both = ablation_verdict(_ablation_results(LOWER, energy=LOWER))
+    assert both.lower["ip"] == {"full": ["lin_sep"], "energy": ["lin_sep"], "adversarial": []}
+    assert both.higher["ip"] == {"full": [], "energy": [], "adversarial": []}
+    assert both.half is Half.ENERGY and both.data_sets == 1
+    # One seed's interval reaches above zero: not lower in every seed, and higher in one.
+    one = ablation_verdict(_ablation_results([_interval(-2.0, -1.0), _interval(0.5, 3.0)]))
+    assert one.lower["ip"]["full"] == [] and one.higher["ip"]["full"] == ["lin_sep"]
+    # An interval that touches zero is neither.
+    edge = ablation_verdict(_ablation_results([_interval(-2.0, -1.0), _interval(-3.0, 0.0)]))
+    assert edge.lower["ip"]["full"] == edge.higher["ip"]["full"] == []
+    # A seed with nothing valid (None) is not a reduction.
+    assert ablation_verdict(_ablation_results([_interval(-2.0, -1.0), None])).lower["ip"] == {
+        "full": [],
+        "energy": [],
+        "adversarial": [],
+    }
+    assert ablation_verdict({}) is None
 
-    both = ablation_text(_ablation_results([_interval(-2.0, -1.0), _interval(-3.0, -0.5)]))
-    assert "in every seed with full (CT) on 1 (LS); energy only on 0" in _bullet(both, "IP")
-    assert "IP lower in every seed on 0 against 0" in both
-    one = _ablation_results([_interval(-2.0, -1.0), _interval(-3.0, 0.5)])
-    ip = _bullet(ablation_text(one), "IP")
-    assert "in every seed with full (CT) on 0 (none)" in ip
-    assert "higher in at least one seed with full (CT) on 0 (none)" in ip
-    assert "| LS | full (CT) | +150.0 ✱ / +125.0 | " in ablation_table(one)
-    opposite = ablation_text(_ablation_results([_interval(-2.0, -1.0), _interval(0.5, 3.0)]))
-    assert "higher in at least one seed with full (CT) on 1 (LS)" in _bullet(opposite, "IP")
-    # FGSM: CT's accuracy must beat the baseline's by more than the margin in every seed.
-    flat = [_interval(-1.0, 1.0)] * 2
-    robust = _bullet(ablation_text(_ablation_results(flat, (0.9, 0.86))), "FGSM robustness")
-    assert "full (CT) on 1 (LS); energy only on 0 (none)" in robust
-    robust = _bullet(ablation_text(_ablation_results(flat, (0.9, 0.84))), "FGSM robustness")
-    assert "full (CT) on 0 (none); energy only on 0 (none)" in robust
+
+def test_fgsm_robustness_must_clear_the_margin_in_every_seed():
+    # CT's FGSM accuracy per seed against the baseline's 0.8, margin 0.05.
+    assert ablation_verdict(_ablation_results(FLAT, (0.9, 0.86))).robust["full"] == ["lin_sep"]
+    assert ablation_verdict(_ablation_results(FLAT, (0.9, 0.84))).robust["full"] == []
+    # Exactly the margin above the baseline's 0.25 is not more than it.
+    for fgsm, robust in (((0.5, 0.5), []), ((0.75, 0.625), ["lin_sep"])):
+        results = _ablation_results(FLAT, fgsm)
+        for base in results["data"]["lin_sep"]["robustness"]["vanilla"]:
+            base["fgsm"] = [0.25]
+        assert ablation_verdict(results, margin=0.25).robust["full"] == robust
+
+
+@pytest.mark.parametrize(
+    ("energy", "adversarial", "half"),
+    [(LOWER, LEVEL, Half.ENERGY), (FLAT, LOWER, Half.ADVERSARIAL), (LOWER, LOWER, Half.NEITHER)],
+)
+def test_the_half_that_lowers_ip_on_more_data_sets(energy, adversarial, half):
+    results = _merged(
+        _ablation_results(LOWER, energy=energy, adversarial=adversarial),
+        _ablation_results(FLAT, energy=energy, adversarial=adversarial, key="circles"),
+    )
+    verdict = ablation_verdict(results)
+    assert verdict.half is half and verdict.data_sets == 2
+    assert verdict.lower["ip"]["full"] == ["lin_sep"]
 
 
 def test_the_ablation_refuses_seeds_that_the_main_grid_did_not_train():
-    import pytest
-
-    from cfbook.book.figures.ablation import ablation_text
-
-    results = _ablation_results([_interval(-1.0, 1.0)] * 2)
+    results = _ablation_results(FLAT)
     results["data"]["lin_sep"]["seeds"] = [0, 2]
     with pytest.raises(ValueError, match=r"the ablation's seeds \[0, 1\] are not the main grid's"):
-        ablation_text(results)
+        ablation_verdict(results)
 
 
 def _ig_run(seed, ct, bl):
@@ -480,59 +561,40 @@ def _ig_run(seed, ct, bl):
 
 
 def test_ig_sensitivity_is_judged_seed_by_seed():
-    from cfbook.book.figures.ablation import ig_table, ig_text
-    from cfbook.paper.merge import _ig
-
     # Seed 0: CT lower in every round; seed 1: one round higher. Pooled, 0.995 of the way to the
     # largest of 6 differences: -1 + 0.975 * 1.5 > 0, so the pooled interval includes zero too,
     # while seed 0's own lies below it.
-    runs = [
-        _ig_run(0, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
-        _ig_run(1, [0.0, 0.0, 1.5], [1.0, 1.0, 1.0]),
-    ]
+    runs = [_ig_run(0, [0.0] * 3, [1.0] * 3), _ig_run(1, [0.0, 0.0, 1.5], [1.0] * 3)]
     ig = _ig(runs)
     assert ig["rounds"] == 6 and ig["seeds"] == [0, 1]
     assert [s["rounds"] for s in ig["per_seed"]] == [3, 3]
     assert ig["per_seed"][0]["diff_high"] == -1.0 and ig["per_seed"][1]["diff_high"] > 0
-    results = {"ig": {"lin_sep": ig}}
-    assert "| yes | yes / n.s. |" in ig_table(results)
-    text = ig_text(results)
-    assert "in every seed on 0 of 1 data sets (none), in some seeds but not all on 1 (LS)" in text
-    results = {"ig": {"lin_sep": _ig([runs[0], _ig_run(1, [0.0] * 3, [2.0] * 3)])}}
-    assert "in every seed on 1 of 1 data sets (LS), in some seeds but not all on 0" in ig_text(
-        results
-    )
+    assert [sensitivity(s) for s in ig["per_seed"]] == [
+        Sensitivity.LESS,
+        Sensitivity.NOT_SIGNIFICANT,
+    ]
+    verdict = ig_verdict({"ig": {"lin_sep": ig}})
+    assert (verdict.lower, verdict.some, verdict.higher) == ([], ["lin_sep"], [])
+    verdict = ig_verdict({"ig": {"lin_sep": _ig([runs[0], _ig_run(1, [0.0] * 3, [2.0] * 3)])}})
+    assert (verdict.lower, verdict.some, verdict.higher) == (["lin_sep"], [], [])
     higher = _ig([_ig_run(0, [2.0] * 3, [1.0] * 3), _ig_run(1, [3.0] * 3, [1.0] * 3)])
-    assert "more sensitive in every seed on 1 (LS)" in ig_text({"ig": {"lin_sep": higher}})
+    assert ig_verdict({"ig": {"lin_sep": higher}}).higher == ["lin_sep"]
+    assert ig_verdict({}) is None
 
 
 def test_an_ig_interval_that_touches_zero_is_not_significant():
-    from cfbook.book.figures.ablation import ig_table
-
     seeds = [(-1.0, 0.0), (0.0, 1.0), (-2.0, -1.0), (1.0, 2.0)]
-    ig = {
-        "ct_median": 0.25,
-        "bl_median": 0.5,
-        "per_seed": [{"diff_low": low, "diff_high": high} for low, high in seeds],
-    }
-    assert ig_table({"ig": {"lin_sep": ig}}).splitlines() == [
-        "| data | paper CT / BL (median) | ours CT / BL (median, seeds pooled) | our 99 % "
-        "interval of CT − BL, per seed | CT less sensitive? paper | ours, per seed |",
-        "|---|---|---|---|---|---|",
-        "| LS | 0.21 / 30.69 | 0.250 / 0.500 | [-1.000, 0.000] / [0.000, 1.000] / "
-        "[-2.000, -1.000] / [1.000, 2.000] | yes | n.s. / n.s. / yes / no |",
+    assert [sensitivity({"diff_low": lo, "diff_high": hi}) for lo, hi in seeds] == [
+        Sensitivity.NOT_SIGNIFICANT,
+        Sensitivity.NOT_SIGNIFICANT,
+        Sensitivity.LESS,
+        Sensitivity.MORE,
     ]
 
 
-def test_ig_text_names_the_data_sets_and_the_paper_s_directions():
-    from cfbook.book.figures.ablation import ig_table, ig_text
-
+def test_ig_verdicts_set_the_paper_s_directions_beside_ours():
     def ig(*intervals):
-        return {
-            "ct_median": 0.1,
-            "bl_median": 0.2,
-            "per_seed": [{"diff_low": low, "diff_high": high} for low, high in intervals],
-        }
+        return {"per_seed": [{"diff_low": lo, "diff_high": hi} for lo, hi in intervals]}
 
     results = {
         "ig": {
@@ -541,184 +603,221 @@ def test_ig_text_names_the_data_sets_and_the_paper_s_directions():
             "gmsc": ig((-1.0, 1.0), (-1.0, 1.0)),
         }
     }
-    assert ig_text(results) == (
-        "CT trained with the protected feature immutable is significantly less sensitive to it "
-        "than the baseline in every seed on 2 of 3 data sets (LS, Circ), in some seeds but not "
-        "all on 0 (none), and more sensitive in every seed on 0 (none); the paper's medians are "
-        "lower for CT on 2 (LS, Circ). The scales differ: the paper's text does not say how its "
-        "table's medians were scaled, so compare directions, not values."
-    )
+    verdict = ig_verdict(results)
+    assert (verdict.lower, verdict.some, verdict.higher) == (["lin_sep", "circles"], [], [])
     # GMSC's paper medians are higher for CT (0.71 against 0.16).
-    assert ig_table(results).splitlines()[-1].endswith("| no | n.s. / n.s. |")
-    assert ig_text({}) == "No IG results: run `python -m cfbook.commands.paper --ig`."
-    assert len(ig_table({}).splitlines()) == 2
+    assert verdict.paper_lower == ["lin_sep", "circles"] and verdict.data_sets == 3
 
 
-def _run(ip, ip_base, star, star_base, cost, cost_base):
-    """One seed's paired rounds (two): CT's validity 0.2, the baseline's 0.1 (exactly 0.1 apart,
-    which is not a validity gap)."""
+def test_ig_differences_are_taken_in_double_precision():
+    # 0.1 in single precision is 0.10000000149...: the interval must be exactly ±0.1.
+    assert _ig_stats([0.1] * 3, [0.0] * 3)["diff_low"] == 0.1
+    assert _ig_stats([0.0] * 3, [0.1] * 3)["diff_high"] == -0.1
+
+
+# --- one search under the microscope -------------------------------------------------------------
+
+
+def _microscope() -> dict:
+    """Two hand-made searches of an empty 28 x 28 image: the baseline's jumps in one step (its
+    adversarial example is the factual), CT's takes three, leaving the epsilon box after one."""
+
+    def images(*levels: int) -> list[str]:
+        return [bytes([v] * 784).hex() for v in levels]
+
     return {
-        "per_round": {
-            "full": {"validity": [0.2, 0.2], "ip": ip, "ip_star_5": star, "cost": cost},
+        "meta": {
+            "factual": 4,
+            "target": 9,
+            "index": 7,
+            "domain": [-1.0, 1.0],
+            "search": {"tau": 0.75, "epsilon": 0.3, "maxiter": 4},
+        },
+        "searches": {
             "vanilla": {
-                "validity": [0.1, 0.1],
-                "ip": ip_base,
-                "ip_star_5": star_base,
-                "cost": cost_base,
+                "path": images(10, 200),
+                "target_prob": [0.1, 0.6, 0.6, 0.6, 0.6],
+                "distance": [0.0, 1.57, 1.57, 1.57, 1.57],
+                "counterfactual_at": 1,
+                "adversarial_at": 0,
+                "valid": False,
             },
+            "full": {
+                "path": images(0, 20, 60, 100),
+                "target_prob": [0.1, 0.2, 0.5, 0.8, 0.8],
+                "distance": [0.0, 0.16, 0.47, 0.78, 0.78],
+                "counterfactual_at": 3,
+                "adversarial_at": 1,
+                "valid": True,
+            },
+        },
+    }
+
+
+def test_the_microscope_reads_where_each_search_stopped_and_took_its_adversarial_example():
+    result = _microscope()
+    baseline, ct = microscope_searches(result).values()
+    assert (baseline.valid, baseline.stop, baseline.target_prob) == (False, 1, 0.6)
+    assert baseline.adversarial is Adversarial.FACTUAL  # the first step left the box
+    assert (ct.valid, ct.stop, ct.target_prob, ct.linf) == (True, 3, 0.8, 0.78)
+    assert (ct.adversarial, ct.adversarial_at) == (Adversarial.STEP, 1)
+    # L1 from the first iterate to the last, in [-1, 1] units: 2 / 255 per level, 784 pixels.
+    assert baseline.l1 == pytest.approx(190 * 784 * 2 / 255)
+    assert ct.l1 == pytest.approx(100 * 784 * 2 / 255)
+    result["searches"]["full"] |= {"counterfactual_at": 0, "adversarial_at": 0}
+    assert microscope_searches(result)["full"].adversarial is Adversarial.NEVER_MOVED
+
+
+# --- the ridge's training logs -------------------------------------------------------------------
+
+
+def _cell(valid, ridge, lambdas=(1.0, 0.5, 0.0, 0.0)):
+    log = [
+        {"epoch": i + 1, "percent_valid": v, "reg_loss": r}
+        for i, (v, r) in enumerate(zip(valid, ridge, strict=True))
+    ]
+    return {"meta": {"lambdas": list(lambdas)}, "log": log}
+
+
+def _oscillating(last, high=0.9, visits=0):
+    """100 epochs alternating ``high`` / 0.2, ``visits`` of the last 50 raised to 0.97, and
+    ``last`` at epoch 100."""
+    values = [0.2 if i % 2 else high for i in range(100)]
+    for i in range(visits):
+        values[50 + 2 * i] = 0.97
+    values[-1] = last
+    return values
+
+
+def _protected(means):
+    return {
+        "data": {
+            k: {"validity": {"protected": {"full": [{"mean": m} for m in v]}}}
+            for k, v in means.items()
         }
     }
 
 
-# Seed 0: IP 0.995 against 1 in both rounds (+0.5 %, significant), IP* in one round only, cost
-# against a baseline of 0 (no ratio). Seed 1: IP ratios 0.5 and 3 (-75 %, not significant), no
-# IP* at all, cost halved (+50 %, significant).
-SEED_0 = _run([0.995, 0.995], [1.0, 1.0], [None, 1.0], [2.0, 2.0], [1.0, 1.0], [0.0, 0.0])
-SEED_1 = _run([1.0, 3.0], [2.0, 1.0], [None, None], [2.0, 2.0], [1.0, 1.0], [2.0, 2.0])
+def _ridge_logs():
+    configured = {
+        "lin_sep": {
+            s: _cell(_oscillating(last), [5.0] * 99 + [top])
+            for s, (last, top) in enumerate(((0.6, 20_000.0), (0.5, 80_000.0), (0.2, 30_000.0)))
+        },
+        "moons": {
+            s: _cell(_oscillating(last, visits=v), [5.0] * 100 if s else [50_000.0] * 100)
+            for s, (last, v) in enumerate(((0.6, 0), (0.9, 5), (0.3, 2)))
+        },
+    }
+    ridged = {
+        k: {s: _cell([1.0] * 100, [2.0] * 100, (1.0, 0.5, 0.01, 0.25)) for s in range(3)}
+        for k in ("lin_sep", "moons")
+    }
+    # Test validity: LS within 0.1 of the last epoch in every seed; Moon not in seed 1.
+    results = _protected({"lin_sep": (0.62, 0.45, 0.25), "moons": (0.65, 0.6, 0.35)})
+    variant = _protected({"lin_sep": (1.0, 1.0, 1.0), "moons": (1.0, 1.0, 1.0)})
+    return configured, {"main": (ridged, variant)}, results
 
 
-def test_the_paired_table_and_text_of_two_crafted_seeds_to_the_character():
-    c = paired_comparison({"runs": [SEED_0, SEED_1]})
-    # Pooled IP: CT (0.995 + 0.995 + 1 + 3) / 4 = 1.4975, baseline 1.25; ratios 0.995, 0.995,
-    # 0.5, 3: reduction -37.25 %, SE 100 x their sd = 111.0.
-    assert paired_table(c).splitlines() == [
-        "| measure (lower is better) | CT | baseline | reduction, % ± SE, all rounds | 99 % "
-        "interval of CT − baseline | significant | rounds with a value | reduction per seed, % "
-        "(✱ significant) |",
-        "|---|---:|---:|---:|---:|---|---:|---|",
-        "| IP (L1 to target-class digits) | 1.498 | 1.25 | -37.3 ± 111.0 | [-0.985, 1.97] | no "
-        "| 4 of 4 | +0.5 ✱ / -75.0 |",
-        "| IP* (MMD², length scale 5) | 1 | 2 | +50.0 | [-1, -1] | yes | 1 of 4 | +50.0 ✱ (1 of "
-        "2 rounds) / n/a |",
-        "| cost (L1 from the factual) | 1 | 1 | +50.0 ± 0.0 | [-1, 1] | no | 4 of 4 | n/a "
-        "(baseline 0) ✱ / +50.0 ✱ |",
-        "| validity (higher is better) | 0.200 | 0.100 | | | | | |",
+def test_the_ridge_reading_measures_the_spread_and_what_follows_from_it():
+    configured, ridged, results = _ridge_logs()
+    r = stability_reading(configured, results, ridged)
+    assert r.ridge_without == [20_000.0, 80_000.0, 30_000.0, 50_000.0, 5.0, 5.0]
+    assert r.ridge_with == [2.0] * 6
+    # Population SD of the last 50 epochs: the plain alternation (LS seed 2) and Moon seed 1
+    # with five 0.97s and 0.9 at epoch 100.
+    assert r.without["lin_sep"][2] == pytest.approx(pstdev(_oscillating(0.2)[-50:]))
+    assert r.without["moons"][1] == pytest.approx(pstdev(_oscillating(0.9, visits=5)[-50:]))
+    assert r.with_ == {"lin_sep": [0.0] * 3, "moons": [0.0] * 3}
+    assert r.unsteady == ["lin_sep", "moons"] and r.tracked == ["lin_sep"]
+    assert r.reached == [Reached("lin_sep", [0, 0, 0], 0), Reached("moons", [0, 5, 2], 0)]
+    assert stability_reading({}, results, ridged) is None
+    assert stability_reading(configured, results, {}) is None
+
+
+def test_the_ridge_reading_where_the_logs_do_not_separate_or_track():
+    configured, ridged, results = _ridge_logs()
+    steady = {k: {s: _cell([0.5] * 100, [5.0] * 100) for s in range(3)} for k in configured}
+    r = stability_reading(steady, results, ridged)
+    assert r.unsteady == r.tracked == r.reached == []
+    far = _protected({"lin_sep": (0.0, 0.0, 0.9), "moons": (0.0, 0.0, 0.9)})
+    assert stability_reading(configured, far, ridged).tracked == []
+    # A ridge that leaves Moon as unsteady as none: only LS is unsteady without the ridge.
+    shaky = {
+        "lin_sep": ridged["main"][0]["lin_sep"],
+        "moons": {s: _cell(_oscillating(0.5), [9.0] * 100) for s in range(3)},
+    }
+    r = stability_reading(configured, results, {"mixed": (shaky, ridged["main"][1])})
+    assert r.unsteady == ["lin_sep"] and [x.key for x in r.reached] == ["lin_sep"]
+    # Exactly the tolerance apart still tracks; a seed that ends at the level counts as ended.
+    configured["lin_sep"] = {s: _cell(_oscillating(0.1), [5.0] * 100) for s in range(3)}
+    at_level = _oscillating(0.95, high=0.95)
+    at_level[-2] = 0.2
+    configured["moons"][1] = _cell(at_level, [5.0] * 100)
+    edge = _protected({"lin_sep": (0.0, 0.0, 0.0), "moons": (0.65, 0.6, 0.35)})
+    r = stability_reading(configured, edge, ridged)
+    assert r.tracked == ["lin_sep"] and r.reached[1] == Reached("moons", [0, 25, 2], 1)
+
+
+# --- the two-dimensional chapter ---------------------------------------------------------------
+
+
+def _panel(title, paths, path_l1, prob, valid, protected=False, moved_x1=False):
+    return {
+        "title": title,
+        "protected": protected,
+        "prob": prob,
+        "paths": paths,
+        "valid": valid,
+        "path_l1": path_l1,
+        "moved_x1": moved_x1,
+    }
+
+
+def test_the_two_dimensional_reading_follows_the_paths():
+    panels = [
+        # Reach |-1 - 1| + |0.5 - 2| = 3.5, through a middle point that is neither end; a length
+        # of exactly 3 times the reach is not wandering. The class changes down the first column
+        # only, where one probability is exactly 0.5.
+        _panel(
+            "baseline",
+            [[[1.0, 2.0], [0.0, 1.0], [-1.0, 0.5]]],
+            [10.5],
+            [[0.5, 0.9], [0.4, 0.9]],
+            [True],
+        ),
+        # Reach 4, further than the baseline's; length 16, 4 times the reach.
+        _panel("CT", [[[0.0, 0.0], [3.0, 1.0]]], [16.0], [[0.1, 0.1], [0.9, 0.9]], [False]),
+        _panel(
+            "baseline, x1 protected",
+            [[[0.0, 0.0], [0.0, 1.0]]],
+            [1.0],
+            [[0.1, 0.9]] * 2,
+            [True],
+            True,
+            True,
+        ),
+        _panel(
+            "CT, x1 protected",
+            [[[0.0, 0.0], [0.0, 2.0]]],
+            [2.0],
+            [[0.1, 0.1]] * 2,
+            [True],
+            True,
+            False,
+        ),
     ]
-    assert paired_text(c) == (
-        "**The claim is not settled here:** IP's reduction per seed: +0.5 ✱ / -75.0 %, positive "
-        "where CT's valid counterfactuals lie closer to real digits of their target class. The "
-        "99 % interval of the difference excludes zero in CT's favour in 1 of 2 seeds and "
-        "against it in 0 (2 seeds, 4 rounds in all; ✱: that seed's interval excludes zero). "
-        "IP* (MMD², length scale 5), reduction per seed: +50.0 ✱ (1 of 2 rounds) / n/a %: "
-        "significantly lower with CT in 1 of 2 seeds, higher in 0; in 1 no round had valid "
-        "counterfactuals of both models. cost (L1 from the factual), reduction per seed: n/a "
-        "(baseline 0) ✱ / +50.0 ✱ %: significantly lower with CT in 1 of 2 seeds, higher in 0."
-    )
-
-
-def test_one_seed_held_or_not_measured_reads_in_the_singular():
-    held = paired_text(paired_comparison({"runs": [SEED_0]}))
-    assert held.startswith(
-        "**The claim held here:** in every seed, CT's valid counterfactuals lie closer to real "
-        "digits of their target class, and each seed's 99 % interval of the difference excludes "
-        "zero (IP's reduction per seed: +0.5 ✱ %) (1 seed, 2 rounds in all; ✱: that seed's "
-        "interval excludes zero). IP*"
-    )
-    c = paired_comparison({"runs": [SEED_1]})
-    assert paired_text(c).endswith(
-        "(1 seed, 2 rounds in all; ✱: that seed's interval excludes zero). IP* (MMD², length "
-        "scale 5): no round to measure in any seed. cost (L1 from the factual), reduction per "
-        "seed: +50.0 ✱ %: significantly lower with CT in 1 of 1 seeds, higher in 0."
-    )
-    rows = paired_table(c).splitlines()
-    assert rows[3].endswith("| no valid counterfactuals | 0 of 2 | n/a |")
-    assert rows[4].startswith("| cost (L1 from the factual) | 1 | 2 | +50.0 ± 0.0 |")
-    worse = _run([2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
-    assert paired_text(paired_comparison({"runs": [worse]})).startswith(
-        "**The claim did not hold here:** in every seed, CT's valid counterfactuals lie farther "
-        "from real digits of their target class, significantly (IP's reduction per seed: "
-        "-100.0 ✱ %) (1 seed"
-    )
-    missing = _run([1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
-    missing["per_round"]["full"]["ip"] = [None, None]
-    text = paired_text(paired_comparison({"runs": [SEED_1, missing]}))
-    assert "in CT's favour in 0 of 2 seeds and against it in 0; 1 had no round to measure (" in text
-
-
-def test_a_clear_difference_has_one_sign_in_every_seed_and_more_than_two_errors():
-    assert not clear_difference([0.0, 10.0, 10.0, 10.0])  # zero has no sign
-    assert not clear_difference([-0.01, 0.9, 0.9, 0.9, 0.9])  # one seed against, however small
-    assert not clear_difference([1.0, 3.0])  # mean 2 is exactly two standard errors of 1
-    assert clear_difference([2.0, 4.0])  # mean 3, two standard errors 2
-    assert clear_difference([-2.0, -4.0])
-    assert not clear_difference([0.0, -10.0, -10.0, -10.0])
-
-
-def test_the_ablation_text_to_the_character_at_its_edges():
-    from cfbook.book.figures.ablation import ablation_text
-
-    # LS: CT's IP interval touches zero in one seed (not lower), the energy half's lies below
-    # zero in both, the adversarial half's starts at zero (not higher). CT's FGSM accuracy is
-    # exactly the margin above the baseline's (not more). Circles: the same as LS but CT's IP
-    # lower in both seeds and its FGSM accuracy above the margin.
-    def results_with(energy_ip, adversarial_ip):
-        ls = _ablation_results([_interval(-2.0, -1.0), _interval(-3.0, 0.0)], (0.5, 0.5))
-        circ = _ablation_results([_interval(-2.0, -1.0)] * 2, (0.75, 0.75))
-        for one in (ls, circ):
-            for objective, ip in (("energy", energy_ip), ("adversarial", adversarial_ip)):
-                row = one["ablation"]["lin_sep"][objective]
-                one["ablation"]["lin_sep"][objective] = {
-                    **row,
-                    "per_seed": {**row["per_seed"], "ip": ip},
-                }
-            for base in one["data"]["lin_sep"]["robustness"]["vanilla"]:
-                base["fgsm"] = [0.25]
-        return {
-            "data": {"lin_sep": ls["data"]["lin_sep"], "circles": circ["data"]["lin_sep"]},
-            "ablation": {
-                "lin_sep": ls["ablation"]["lin_sep"],
-                "circles": circ["ablation"]["lin_sep"],
-            },
-        }
-
-    lower, flat, level = (
-        [_interval(-2.0, -1.0)] * 2,
-        [_interval(-1.0, 1.0)] * 2,
-        [_interval(0.0, 1.0)] * 2,
-    )
-    text = ablation_text(results_with(lower, level), margin=0.25)
-    assert text.splitlines()[0] == (
-        "- **IP** is significantly lower than the baseline's in every seed with full (CT) on 1 "
-        "(Circ); energy only on 2 (LS, Circ); adversarial only on 0 (none). It is significantly "
-        "higher in at least one seed with full (CT) on 0 (none); energy only on 0 (none); "
-        "adversarial only on 0 (none)."
-    )
-    assert text.splitlines()[3] == (
-        "- **FGSM robustness** (accuracy at ε≈0.03 more than 25 points above the baseline's in "
-        "every seed) with full (CT) on 1 (Circ); energy only on 0 (none); adversarial only on 0 "
-        "(none)."
-    )
-    assert text.endswith(
-        "\n\nOver the 2 data sets, the energy term buys more of the plausibility gain than the "
-        "adversarial term (IP lower in every seed on 2 against 0)."
-    )
-    assert ablation_text(results_with(flat, lower)).endswith(
-        "the adversarial term alone lowers IP on more data sets than the energy term (IP lower "
-        "in every seed on 0 against 2)."
-    )
-    assert ablation_text(results_with(lower, lower)).endswith(
-        "neither half alone lowers IP on more data sets than the other (IP lower in every seed "
-        "on 2 against 2)."
-    )
-    assert ablation_text({}) == (
-        "No ablation results: run `python -m cfbook.commands.paper --objectives "
-        "energy,adversarial`."
-    )
-
-
-def test_the_ablation_table_shows_each_seed_and_n_a_where_one_has_nothing_valid():
-    from cfbook.book.figures.ablation import ablation_table
-
-    results = _ablation_results([_interval(-2.0, -1.0), None])
-    lines = ablation_table(results).splitlines()
-    assert lines[:2] == [
-        "| data | objective | IP, per seed | IP*, per seed | cost, per seed | validity | "
-        "clean acc. | FGSM ε≈0.03 |",
-        "|---|---|---|---|---|---|---|---|",
+    (r,) = two_d_readings({"data": [{"label": "LS", "panels": panels}]})
+    assert [(p.valid, p.searches, p.length, p.reach) for p in r.panels] == [
+        (1, 1, 10.5, 3.5),
+        (0, 1, 16.0, 4.0),
+        (1, 1, 1.0, 1.0),
+        (1, 1, 2.0, 2.0),
     ]
-    assert lines[2] == "| LS | baseline | | | | 1.00 | 0.90 | 0.80 |"
-    assert (
-        lines[3]
-        == "| LS | full (CT) | +150.0 ✱ / n/a | +0.0 / +0.0 | +0.0 / +0.0 | 1.00 | 0.90 | 0.90 |"
-    )
-    assert len(lines) == 6 and len(ablation_table({}).splitlines()) == 2
+    assert [p.wanders for p in r.panels] == [False, True, False, False]
+    assert [p.moved_x1 for p in r.panels] == [False, False, True, False]
+    assert r.ct_further and r.crossable == (0.5, 0.0) and r.fewer_crossable
+    panels[1]["paths"] = [[[0.0, 0.0], [1.0, 1.0]]]  # reach 2: not further than 3.5
+    panels[3]["prob"] = [[0.1, 0.1], [0.9, 0.9]]  # both columns change along x2
+    (r,) = two_d_readings({"data": [{"label": "LS", "panels": panels}]})
+    assert not r.ct_further and r.crossable == (0.5, 1.0) and not r.fewer_crossable

@@ -5,7 +5,7 @@
 
     {"format": 1, "blocks": {"cpu/throughput": {
         "title": "1. Generator throughput: ...",
-        "provenance": {"when": "2026-12-01 02:06 UTC", "machine": "CPU: ...; torch ...",
+        "provenance": {"when": "<date> <time> UTC", "machine": "CPU: ...; torch ...",
                        "quick": false, "note": "shared machine", "seconds": 260},
         "tables": [{"title": "...", "columns": ["model", "nce", ...],
                     "rows": [[{"text": "mlp", "value": "mlp"}, {"text": "128", "value": 128},

@@ -46,7 +46,7 @@ _POSITIVE_INTS = (
     "runs",
 )
 #: The search settings a profile can name: CT.jl's NativeGenerator() defaults, the paper's, or
-#: the defaults with the paper's distance weight, which benchmark 11 (calibration) found to be
+#: the defaults with the paper's distance weight, which the ``calibration`` benchmark found to be
 #: what lets the search converge (with NativeGenerator()'s 0.1 almost no search does).
 GENERATORS = {
     "native": {},
@@ -159,7 +159,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     # The Julia "Training on GPU" tutorial's run, value for value, including its Native branch
     # (mature="raw": a non-converged counterfactual counts as it is, so the energy term trains
-    # in every epoch; benchmark 11); the paper's evaluation.
+    # in every epoch; see the ``calibration`` benchmark); the paper's evaluation.
     "tutorial": Profile(
         name="tutorial",
         model="resnet18",
@@ -176,10 +176,9 @@ PROFILES: dict[str, Profile] = {
         mature="raw",
     ),
     # The tutorial's model and loss on a 2-core CPU, three seeds per objective, under the
-    # paper's rule (mature="neighbour"), with the search benchmark 11 chose: steps of 1.0 and
-    # distance weight 0.001, where the tutorial's 0.1 and 0.1 leave 92-100 % of the
-    # counterfactuals invalid (and the energy term zero). All six trainings and their
-    # evaluations took 24 minutes on a 2-core AMD EPYC (2026-12-01), 40 on an Intel Xeon.
+    # paper's rule (mature="neighbour"), with the search the ``calibration`` benchmark chose:
+    # steps of 1.0 and distance weight 0.001, where the tutorial's 0.1 and 0.1 leave almost every
+    # counterfactual invalid (and the energy term zero).
     "cpu": Profile(
         name="cpu",
         model="resnet18",

@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from cfbook.evaluation.attacks import ATTACKS
+from cfbook.evaluation.measures import compared_measures
 from cfbook.evaluation.statistics import compare_rounds_or_none, mean_of, mean_se
 
 ATTACK_EPS = 0.03
@@ -101,14 +103,34 @@ def clear_difference(diffs: Sequence[float]) -> bool:
     return same_sign and abs(stat["mean"]) > 2 * stat["se"]
 
 
-# The paired evaluation's measures (all distances: lower is better), in the chapter's order.
-# IP* at length scale 0.5 stays in the files but not in the tables: between MNIST digits that
-# kernel is nearly 0, so the per-round ratios CT / baseline explode wherever the baseline's is.
-PAIRED_MEASURES = {
+class Difference(Enum):
+    """What per-seed differences (CT minus baseline) say, by ``clear_difference``."""
+
+    HIGHER = "higher"
+    LOWER = "lower"
+    COMPARABLE = "comparable"  # within the spread between seeds
+    ONE_SEED = "one seed"  # no spread between seeds to tell a difference from
+
+
+def difference(diffs: Sequence[float]) -> Difference:
+    """The verdict on per-seed differences: higher or lower with CT only where they make a
+    ``clear_difference``."""
+    if clear_difference(diffs):
+        return Difference.HIGHER if sum(diffs) > 0 else Difference.LOWER
+    return Difference.ONE_SEED if len(diffs) < 2 else Difference.COMPARABLE
+
+
+# How the chapter names the measures it compares (its test points are digits).
+_PAIRED_LABELS = {
     "ip": "IP (L1 to target-class digits)",
     "ip_star_5": "IP* (MMD², length scale 5)",
     "cost": "cost (L1 from the factual)",
 }
+# The paired evaluation's measures (all distances: lower is better): the protocol's compared
+# measures in their order (``cfbook.evaluation.measures``), each with its name in the chapter.
+# IP* at length scale 0.5 stays in the files but not in the tables: between MNIST digits that
+# kernel is nearly 0, so the per-round ratios CT / baseline explode wherever the baseline's is.
+PAIRED_MEASURES = {m.key: _PAIRED_LABELS.get(m.key, m.label) for m in compared_measures()}
 
 
 def paired_comparison(paired: dict[str, Any]) -> dict[str, Any]:
@@ -204,11 +226,57 @@ def paired_table(c: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _tally(results: list[dict[str, Any] | None]) -> tuple[int, int, int]:
-    """Seeds where CT is significantly better, significantly worse, and with no value."""
+@dataclass(frozen=True)
+class Tally:
+    """Of ``seeds`` seeds, those where CT is significantly better, significantly worse, and
+    without a value (no round with valid counterfactuals of both models)."""
+
+    seeds: int
+    better: int
+    worse: int
+    missing: int
+
+
+def _tally(results: list[dict[str, Any] | None]) -> Tally:
     better = sum(r is not None and r["significant"] and r["reduction"] > 0 for r in results)
     worse = sum(r is not None and r["significant"] and r["reduction"] < 0 for r in results)
-    return better, worse, sum(r is None for r in results)
+    return Tally(len(results), better, worse, sum(r is None for r in results))
+
+
+class Claim(Enum):
+    """The plausibility claim, read from IP's per-seed intervals."""
+
+    HELD = "held"  # every seed significantly better with CT
+    NOT_HELD = "not held"  # every seed significantly worse
+    NOT_SETTLED = "not settled"  # anything between
+    NOT_MEASURED = "not measured"  # no seed had a round to measure
+
+
+@dataclass(frozen=True)
+class PairedVerdict:
+    """What ``paired_comparison`` says: the claim, each measure's tally of seeds, and whether
+    validity differs by more than 0.1 (the other means then cover different factuals)."""
+
+    claim: Claim
+    tallies: dict[str, Tally]
+    validity_differs: bool
+
+
+def paired_verdict(c: dict[str, Any]) -> PairedVerdict:
+    """The verdict of a ``paired_comparison``: the claim holds only where every seed's interval
+    excludes zero in CT's favour."""
+    tallies = {key: _tally(c["per_seed"][key]) for key in PAIRED_MEASURES}
+    ip, n = tallies["ip"], c["seeds"]
+    if ip.missing == n:
+        claim = Claim.NOT_MEASURED
+    elif ip.better == n:
+        claim = Claim.HELD
+    elif ip.worse == n:
+        claim = Claim.NOT_HELD
+    else:
+        claim = Claim.NOT_SETTLED
+    v = c["validity"]
+    return PairedVerdict(claim, tallies, abs(v["full"] - v["vanilla"]) > 0.1)
 
 
 def _seeds(n: int) -> str:
@@ -216,21 +284,22 @@ def _seeds(n: int) -> str:
 
 
 def paired_text(c: dict[str, Any]) -> str:
-    """What the paired evaluation says about plausibility and cost, seed by seed: the claim
-    holds only where every seed's interval excludes zero in CT's favour."""
+    """What the paired evaluation says about plausibility and cost, seed by seed
+    (``paired_verdict``)."""
+    verdict = paired_verdict(c)
     n = c["seeds"]
     where = f"{_seeds(n)}, {c['rounds']} rounds in all"
-    better, worse, missing = _tally(c["per_seed"]["ip"])
-    if missing == n:
+    if verdict.claim is Claim.NOT_MEASURED:
         return f"**Plausibility:** no valid counterfactuals to measure ({where})."
+    ip = verdict.tallies["ip"]
     reductions = f"IP's reduction per seed: {_per_seed(c, 'ip')} %"
-    if better == n:
+    if verdict.claim is Claim.HELD:
         head = (
             "**The claim held here:** in every seed, CT's valid counterfactuals lie closer to "
             "real digits of their target class, and each seed's 99 % interval of the difference "
             f"excludes zero ({reductions})"
         )
-    elif worse == n:
+    elif verdict.claim is Claim.NOT_HELD:
         head = (
             "**The claim did not hold here:** in every seed, CT's valid counterfactuals lie "
             f"farther from real digits of their target class, significantly ({reductions})"
@@ -239,12 +308,13 @@ def paired_text(c: dict[str, Any]) -> str:
         head = (
             f"**The claim is not settled here:** {reductions}, positive where CT's valid "
             "counterfactuals lie closer to real digits of their target class. The 99 % interval "
-            f"of the difference excludes zero in CT's favour in {better} of {n} seeds and "
-            f"against it in {worse}" + (f"; {missing} had no round to measure" if missing else "")
+            f"of the difference excludes zero in CT's favour in {ip.better} of {n} seeds and "
+            f"against it in {ip.worse}"
+            + (f"; {ip.missing} had no round to measure" if ip.missing else "")
         )
     parts = [f"{head} ({where}; ✱: that seed's interval excludes zero)."]
     v, vs = c["validity"], c["validity_per_seed"]
-    if abs(v["full"] - v["vanilla"]) > 0.1:
+    if verdict.validity_differs:
         shown = {m: " / ".join(f"{x:.0%}" for x in vs[m]) for m in vs}
         parts.append(
             f"Validity differs: {v['full']:.0%} of CT's test-time searches reach their target "
@@ -252,41 +322,59 @@ def paired_text(c: dict[str, Any]) -> str:
             f"({shown['vanilla']}), so the other measures average over different factuals "
             "(CT's easier ones)."
         )
-    for key in ("ip_star_5", "cost"):
-        better, worse, missing = _tally(c["per_seed"][key])
+    for key in [k for k in PAIRED_MEASURES if k != "ip"]:  # IP's claim heads the text
+        t = verdict.tallies[key]
         label = PAIRED_MEASURES[key]
-        if missing == n:
+        if t.missing == n:
             parts.append(f"{label}: no round to measure in any seed.")
             continue
         unmeasured = (
-            f"; in {missing} no round had valid counterfactuals of both models" if missing else ""
+            f"; in {t.missing} no round had valid counterfactuals of both models"
+            if t.missing
+            else ""
         )
         parts.append(
             f"{label}, reduction per seed: {_per_seed(c, key)} %: significantly lower with CT "
-            f"in {better} of {n} seeds, higher in {worse}{unmeasured}."
+            f"in {t.better} of {n} seeds, higher in {t.worse}{unmeasured}."
         )
     return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class RobustnessVerdict:
+    """One accuracy's per-seed differences, CT minus baseline in percentage points, and what
+    they say."""
+
+    label: str
+    diffs: tuple[float, ...]
+    difference: Difference
+
+
+def robustness_verdicts(
+    robustness: list[Comparison], eps: float = ATTACK_EPS
+) -> list[RobustnessVerdict]:
+    """Clean accuracy and FGSM's at ``eps``, each with its ``difference`` (rows without seeds
+    left out)."""
+    return [
+        RobustnessVerdict(row.label, tuple(row.pp), difference(row.pp))
+        for row in robustness
+        if row.key in ("clean", f"fgsm_{eps:g}") and row.pp
+    ]
 
 
 def robustness_text(robustness: list[Comparison], eps: float = ATTACK_EPS) -> str:
     """Accuracy, clean and under FGSM at ``eps``, CT minus baseline in percentage points over
     the seeds (models pair by seed), called a difference only by ``clear_difference``."""
     out = []
-    for row in robustness:
-        if row.key not in ("clean", f"fgsm_{eps:g}"):
-            continue
-        diffs = row.pp
-        if not diffs:
-            continue
-        stat = mean_se(diffs)
+    for row in robustness_verdicts(robustness, eps):
+        stat = mean_se(list(row.diffs))
         spread = "" if stat["se"] is None else f" ± {stat['se']:.1f}"
-        verdict = (
-            ("higher with CT" if stat["mean"] > 0 else "lower with CT")
-            if clear_difference(diffs)
-            else "comparable within the spread between seeds"
-        )
+        verdict = {
+            Difference.HIGHER: "higher with CT",
+            Difference.LOWER: "lower with CT",
+        }.get(row.difference, "comparable within the spread between seeds")
         out.append(
             f"**{row.label}:** CT minus baseline {stat['mean']:+.1f}{spread} percentage points "
-            f"({', '.join(f'{d:+.1f}' for d in diffs)} per seed): {verdict}."
+            f"({', '.join(f'{d:+.1f}' for d in row.diffs)} per seed): {verdict}."
         )
     return "\n\n".join(out)

@@ -10,6 +10,8 @@ would mix the spread between models into that of the rounds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import plotly.graph_objects as go
@@ -19,13 +21,14 @@ from cfbook.book.figures.reproduction import FGSM_EPS
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.book.report import seed_reductions
 from cfbook.evaluation.attacks import accuracy_at
+from cfbook.evaluation.measures import compared_measures
 from cfbook.models import IMAGE_SHAPE
 from cfbook.paper import published
 from cfbook.paper.merge import mean_accuracies
 from cfbook.paper.settings import EXPERIMENTS, MNIST_PROTECTED_ROWS, SEARCH
 
 OBJECTIVES = {"full": "full (CT)", "energy": "energy only", "adversarial": "adversarial only"}
-MEASURES = {"ip": "IP", "ip_star_5": "IP*", "cost": "cost"}
+MEASURES = {m.key: m.label for m in compared_measures()}
 OBJECTIVE_COLOURS = {"full": COLOURS["full"], "energy": "#2ca02c", "adversarial": "#9467bd"}
 
 
@@ -71,16 +74,16 @@ def ablation_table(results: dict[str, Any]) -> str:
     """Per data set and objective: each seed's reductions against its baseline (%, ✱ = 99 %
     interval excludes 0; positive = better), validity, clean and FGSM accuracy (means over the
     seeds)."""
+    per_seed = " | ".join(f"{label}, per seed" for label in MEASURES.values())
     lines = [
-        "| data | objective | IP, per seed | IP*, per seed | cost, per seed | validity | "
-        "clean acc. | FGSM ε≈0.03 |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| data | objective | {per_seed} | validity | clean acc. | FGSM ε≈0.03 |",
+        "|---" * (5 + len(MEASURES)) + "|",
     ]
     for key, rows in results.get("ablation", {}).items():
         label = EXPERIMENTS[key].label
         bl = _robust(results, key, "vanilla")
         lines.append(
-            f"| {label} | baseline | | | | {rows['vanilla']['validity']:.2f} | "
+            f"| {label} | baseline |{' |' * len(MEASURES)} {rows['vanilla']['validity']:.2f} | "
             f"{bl['clean']:.2f} | {accuracy_at(bl, 'fgsm', FGSM_EPS):.2f} |"
         )
         for objective, name in OBJECTIVES.items():
@@ -121,53 +124,93 @@ def _listed(labels: list[str]) -> str:
     return f"{len(labels)} ({', '.join(labels) or 'none'})"
 
 
-def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
-    """Which term moves which measure in every seed, counted over the data sets."""
+class Half(Enum):
+    """Which half of CT's objective lowers IP in every seed on more data sets."""
+
+    ENERGY = "energy"
+    ADVERSARIAL = "adversarial"
+    NEITHER = "neither"
+
+
+@dataclass(frozen=True)
+class AblationVerdict:
+    """Per measure and objective, the data sets (keys) where every seed's measure is
+    significantly lower than its baseline's (``lower``) and where some seed's is significantly
+    higher (``higher``); per objective, those where every seed is more accurate under FGSM by
+    more than ``margin`` (``robust``); and which half lowers IP on more data sets."""
+
+    data_sets: int
+    margin: float
+    lower: dict[str, dict[str, list[str]]]
+    higher: dict[str, dict[str, list[str]]]
+    robust: dict[str, list[str]]
+    half: Half
+
+
+def ablation_verdict(results: dict[str, Any], margin: float = 0.05) -> AblationVerdict | None:
+    """Which term moves which measure in every seed, over the data sets (None: no ablation)."""
     ablation = results.get("ablation", {})
-    n = len(ablation)
-    if not n:
+    if not ablation:
+        return None
+
+    def sets(objective: str, measure: str, test: Callable[[list], bool]) -> list[str]:
+        return [k for k, rows in ablation.items() if test(rows[objective]["per_seed"][measure])]
+
+    lower = {m: {o: sets(o, m, _reduces) for o in OBJECTIVES} for m in MEASURES}
+    higher = {m: {o: sets(o, m, _raises) for o in OBJECTIVES} for m in MEASURES}
+    robust = {o: [k for k in ablation if _more_robust(results, k, o, margin)] for o in OBJECTIVES}
+    energy, adversarial = len(lower["ip"]["energy"]), len(lower["ip"]["adversarial"])
+    half = (
+        Half.ENERGY
+        if energy > adversarial
+        else Half.ADVERSARIAL
+        if energy < adversarial
+        else Half.NEITHER
+    )
+    return AblationVerdict(len(ablation), margin, lower, higher, robust, half)
+
+
+_HALF = {
+    Half.ENERGY: "the energy term buys more of the plausibility gain than the adversarial term",
+    Half.ADVERSARIAL: "the adversarial term alone lowers IP on more data sets than the energy term",
+    Half.NEITHER: "neither half alone lowers IP on more data sets than the other",
+}
+
+
+def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
+    """Which term moves which measure in every seed, counted over the data sets
+    (``ablation_verdict``)."""
+    verdict = ablation_verdict(results, margin)
+    if verdict is None:
         return (
             "No ablation results: run "
             "`python -m cfbook.commands.paper --objectives energy,adversarial`."
         )
 
-    def reduced(objective: str, measure: str, test: Callable[[list], bool] = _reduces) -> list[str]:
-        return [
-            EXPERIMENTS[k].label
-            for k, rows in ablation.items()
-            if test(rows[objective]["per_seed"][measure])
-        ]
+    def listed(keys: list[str]) -> str:
+        return _listed([EXPERIMENTS[k].label for k in keys])
 
     out = [
         f"- **{label}** is significantly lower than the baseline's in every seed with "
-        + "; ".join(f"{name} on {_listed(reduced(o, measure))}" for o, name in OBJECTIVES.items())
+        + "; ".join(f"{name} on {listed(verdict.lower[m][o])}" for o, name in OBJECTIVES.items())
         + ". It is significantly higher in at least one seed with "
-        + "; ".join(
-            f"{name} on {_listed(reduced(o, measure, _raises))}" for o, name in OBJECTIVES.items()
-        )
+        + "; ".join(f"{name} on {listed(verdict.higher[m][o])}" for o, name in OBJECTIVES.items())
         + "."
-        for measure, label in MEASURES.items()
+        for m, label in MEASURES.items()
     ]
-    robust = {
-        o: [EXPERIMENTS[k].label for k in ablation if _more_robust(results, k, o, margin)]
-        for o in OBJECTIVES
-    }
     out.append(
         f"- **FGSM robustness** (accuracy at ε≈0.03 more than {margin * 100:g} points above the "
         "baseline's in every seed) with "
-        + "; ".join(f"{OBJECTIVES[o]} on {_listed(v)}" for o, v in robust.items())
+        + "; ".join(f"{OBJECTIVES[o]} on {listed(v)}" for o, v in verdict.robust.items())
         + "."
     )
-    energy_ip, adv_ip = len(reduced("energy", "ip")), len(reduced("adversarial", "ip"))
-    if energy_ip > adv_ip:
-        claim = "the energy term buys more of the plausibility gain than the adversarial term"
-    elif energy_ip < adv_ip:
-        claim = "the adversarial term alone lowers IP on more data sets than the energy term"
-    else:
-        claim = "neither half alone lowers IP on more data sets than the other"
+    energy, adversarial = (
+        len(verdict.lower["ip"]["energy"]),
+        len(verdict.lower["ip"]["adversarial"]),
+    )
     out.append(
-        f"\nOver the {n} data sets, {claim} (IP lower in every seed on {energy_ip} against "
-        f"{adv_ip})."
+        f"\nOver the {verdict.data_sets} data sets, {_HALF[verdict.half]} (IP lower in every "
+        f"seed on {energy} against {adversarial})."
     )
     return "\n".join(out)
 
@@ -206,9 +249,32 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
     return fig
 
 
+class Sensitivity(Enum):
+    """One seed's IG sensitivity to the protected features, CT against the baseline, by its 99 %
+    interval of CT - BL."""
+
+    LESS = "less"
+    MORE = "more"
+    NOT_SIGNIFICANT = "not significant"
+
+
+def sensitivity(r: dict[str, Any]) -> Sensitivity:
+    """Less sensitive where the interval lies below zero, more where above, else neither."""
+    if r["diff_high"] < 0:
+        return Sensitivity.LESS
+    return Sensitivity.MORE if r["diff_low"] > 0 else Sensitivity.NOT_SIGNIFICANT
+
+
+_SENSITIVITY = {
+    Sensitivity.LESS: "yes",
+    Sensitivity.MORE: "no",
+    Sensitivity.NOT_SIGNIFICANT: "n.s.",
+}
+
+
 def _sensitivity(r: dict[str, Any]) -> str:
-    """Whether CT is less sensitive than the baseline by one 99 % interval of CT - BL."""
-    return "yes" if r["diff_high"] < 0 else "no" if r["diff_low"] > 0 else "n.s."
+    """The table's answer to "CT less sensitive?" for one seed."""
+    return _SENSITIVITY[sensitivity(r)]
 
 
 def ig_table(results: dict[str, Any]) -> str:
@@ -231,27 +297,55 @@ def ig_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def ig_text(results: dict[str, Any]) -> str:
-    """Where CT is less (or more) sensitive to the protected features in every seed."""
+@dataclass(frozen=True)
+class IgVerdict:
+    """The data sets (keys) where CT is less sensitive than the baseline in every seed
+    (``lower``), in some but not all (``some``), more sensitive in every seed (``higher``), and
+    where the paper's medians are lower for CT (``paper_lower``)."""
+
+    data_sets: int
+    lower: list[str]
+    some: list[str]
+    higher: list[str]
+    paper_lower: list[str]
+
+
+def ig_verdict(results: dict[str, Any]) -> IgVerdict | None:
+    """Where CT is less (or more) sensitive to the protected features in every seed (None: no IG
+    results)."""
     ig = results.get("ig", {})
     if not ig:
+        return None
+    seeds = {k: {sensitivity(s) for s in r["per_seed"]} for k, r in ig.items()}
+    lower = [k for k, v in seeds.items() if v == {Sensitivity.LESS}]
+    return IgVerdict(
+        data_sets=len(ig),
+        lower=lower,
+        some=[k for k, v in seeds.items() if Sensitivity.LESS in v and k not in lower],
+        higher=[k for k, v in seeds.items() if v == {Sensitivity.MORE}],
+        paper_lower=[k for k in ig if published.IG[k][0] < published.IG[k][1]],
+    )
+
+
+def ig_text(results: dict[str, Any]) -> str:
+    """Where CT is less (or more) sensitive to the protected features in every seed
+    (``ig_verdict``)."""
+    verdict = ig_verdict(results)
+    if verdict is None:
         return "No IG results: run `python -m cfbook.commands.paper --ig`."
-    verdicts = {k: [_sensitivity(s) for s in r["per_seed"]] for k, r in ig.items()}
-    lower = [EXPERIMENTS[k].label for k, v in verdicts.items() if set(v) == {"yes"}]
-    higher = [EXPERIMENTS[k].label for k, v in verdicts.items() if set(v) == {"no"}]
-    some = [
-        EXPERIMENTS[k].label
-        for k, v in verdicts.items()
-        if "yes" in v and EXPERIMENTS[k].label not in lower
-    ]
-    paper_lower = [EXPERIMENTS[k].label for k in ig if published.IG[k][0] < published.IG[k][1]]
+
+    def labels(keys: list[str]) -> list[str]:
+        return [EXPERIMENTS[k].label for k in keys]
+
+    lower = labels(verdict.lower)
     return (
         "CT trained with the protected feature immutable is significantly less sensitive to it "
-        f"than the baseline in every seed on {len(lower)} of {len(ig)} data sets "
-        f"({', '.join(lower) or 'none'}), in some seeds but not all on {_listed(some)}, and "
-        f"more sensitive in every seed on {_listed(higher)}; the paper's medians are lower for "
-        f"CT on {_listed(paper_lower)}. The scales differ: the paper's text does not say how its "
-        "table's medians were scaled, so compare directions, not values."
+        f"than the baseline in every seed on {len(lower)} of {verdict.data_sets} data sets "
+        f"({', '.join(lower) or 'none'}), in some seeds but not all on "
+        f"{_listed(labels(verdict.some))}, and more sensitive in every seed on "
+        f"{_listed(labels(verdict.higher))}; the paper's medians are lower for CT on "
+        f"{_listed(labels(verdict.paper_lower))}. The scales differ: the paper's text does not say "
+        "how its table's medians were scaled, so compare directions, not values."
     )
 
 

@@ -1,6 +1,7 @@
 """Pictures of recorded benchmarks (``benchmarks/results.json``): the batched search against the
-per-sample one (benchmark 1) and the search's peak memory against ``cf_batchsize`` and ``nce``
-(benchmark 4). Each returns None when its benchmark was never recorded on that device kind."""
+per-sample one (the ``throughput`` benchmark) and the search's peak memory against
+``cf_batchsize`` and ``nce`` (the ``memory`` benchmark). Each returns None when its benchmark
+was never recorded on that device kind."""
 
 from __future__ import annotations
 

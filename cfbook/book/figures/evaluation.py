@@ -3,6 +3,7 @@ weight, and accuracy under attack; all drawn from two evaluation files (CT and b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
@@ -131,30 +132,66 @@ def robustness_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figur
     return fig
 
 
-def gallery_text(full: dict[str, Any], vanilla: dict[str, Any], threshold: int = 26) -> str:
-    """What the gallery shows, from its pixels: per model, how many of the ten counterfactuals
-    are valid, how many pixels each search changed by more than ``threshold`` of 255 levels
-    (a tenth of the ink range), and by how much ink on average."""
+@dataclass(frozen=True)
+class GalleryChange:
+    """One model's gallery: how many searches reached their target, of how many digits; the
+    pixels each search changed by more than the threshold, mean and median over the digits; and
+    the mean L1 change in the units of the [-1, 1] domain."""
+
+    valid: int
+    digits: int
+    changed_mean: float
+    changed_median: float
+    l1: float
+
+
+def gallery_changes(
+    full: dict[str, Any], vanilla: dict[str, Any], threshold: int = 26
+) -> dict[str, GalleryChange]:
+    """Each model's gallery (CT, then the baseline), from its pixels: a pixel counts as changed
+    when it moved by more than ``threshold`` of 255 levels (a tenth of the ink range)."""
     _check_gallery(full, vanilla)
-    parts = []
-    for name, result in (("CT", full), ("baseline", vanilla)):
+    out = {}
+    for key, result in (("full", full), ("vanilla", vanilla)):
         g = result["gallery"]
         before = decode_levels(g["factual"]).float()
         after = decode_levels(g["counterfactual"]).float()
         change = (after - before).abs()
         changed = (change > threshold).sum(1).float()
         ink = change.sum(1) / 255 * 2  # L1 distance in the [-1, 1] units of the domain
-        parts.append(
-            f"the {name} model's searches reached their target for {sum(g['valid'])} of "
-            f"{len(g['valid'])} digits, changing {changed.mean():.0f} pixels per digit on average "
-            f"(median {changed.median():.0f}) for an L1 change of {ink.mean():.1f}"
+        out[key] = GalleryChange(
+            sum(g["valid"]),
+            len(g["valid"]),
+            float(changed.mean()),
+            float(changed.median()),
+            float(ink.mean()),
         )
+    return out
+
+
+def gallery_text(full: dict[str, Any], vanilla: dict[str, Any], threshold: int = 26) -> str:
+    """What the gallery shows (``gallery_changes``): per model, how many of the ten
+    counterfactuals are valid, how many pixels each search changed and by how much ink."""
+    parts = [
+        f"the {NAMES[key]} model's searches reached their target for {c.valid} of "
+        f"{c.digits} digits, changing {c.changed_mean:.0f} pixels per digit on average "
+        f"(median {c.changed_median:.0f}) for an L1 change of {c.l1:.1f}"
+        for key, c in gallery_changes(full, vanilla, threshold).items()
+    ]
     return (
         "In the gallery, "
         + "; ".join(parts)
         + f". A pixel counts as changed when it moved by more than {threshold} of 255 ink "
         "levels; L1 is in the units of the [-1, 1] domain, summed over the 784 pixels. "
         + gallery_search_text(full["gallery"])
+    )
+
+
+def off_protocol(gallery: dict[str, Any]) -> bool:
+    """Whether a gallery was searched or judged otherwise than the paper's test-time search
+    (the argmax rule, or another step size)."""
+    return gallery["validity"] == "argmax" or gallery["search"]["step_size"] != (
+        PaperProtocol().step_size
     )
 
 
@@ -174,7 +211,7 @@ def gallery_search_text(gallery: dict[str, Any]) -> str:
         f"counts as valid when {rule}."
     )
     paper = PaperProtocol()
-    if argmax or s["step_size"] != paper.step_size:
+    if off_protocol(gallery):
         text += (
             " These are not the paper's test-time settings that the rest of this chapter uses "
             f"(steps of {paper.step_size:g}, valid at target probability "

@@ -3,6 +3,8 @@ the same digit's search on the baseline and on the CT model, and text written fr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import plotly.graph_objects as go
@@ -14,7 +16,7 @@ from cfbook.book.evaluation import decode_levels
 from cfbook.book.figures.evaluation import _CHANGE_SCALE, _IMAGE_SCALE, NAMES
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 
-__all__ = ["microscope_figure", "microscope_text"]
+__all__ = ["microscope_figure", "microscope_searches", "microscope_text"]
 
 _ROWS = ("vanilla", "full")
 
@@ -180,36 +182,75 @@ def _x_axis(n: int) -> str:
     return "x" if n == 1 else f"x{n}"
 
 
-def microscope_text(result: dict[str, Any]) -> str:
-    """What the two searches did, from their iterates: when each reached τ, where its adversarial
-    example was taken and how far its counterfactual lies from the factual."""
+class Adversarial(Enum):
+    """Where a search's adversarial example (its last iterate within ε) was taken."""
+
+    STEP = "step"  # at a step of the search
+    FACTUAL = "factual"  # the factual: the first step already left the ε box
+    NEVER_MOVED = "never moved"  # the factual: the search took no step
+
+
+@dataclass(frozen=True)
+class SearchReading:
+    """One search under the microscope: whether it reached τ, where it stopped and its target
+    probability there, where its adversarial example was taken, and how far its counterfactual
+    lies from the factual (L-inf and L1, in the domain's units)."""
+
+    valid: bool
+    stop: int
+    target_prob: float
+    adversarial: Adversarial
+    adversarial_at: int
+    linf: float
+    l1: float
+
+
+def microscope_searches(result: dict[str, Any]) -> dict[str, SearchReading]:
+    """Each model's search (baseline first), read from its recorded iterates."""
     meta, searches = result["meta"], result["searches"]
-    tau, eps = meta["search"]["tau"], meta["search"]["epsilon"]
-    parts = []
+    out = {}
     for mode in _ROWS:
         s = searches[mode]
         path = decode_levels(s["path"]).float()
         l1 = float((path[-1] - path[0]).abs().sum()) / 255 * (meta["domain"][1] - meta["domain"][0])
         stop, adv = s["counterfactual_at"], s["adversarial_at"]
-        reached = (
-            f"reached τ = {tau:g} after {stop} step{'s' * (stop != 1)} (p = "
-            f"{s['target_prob'][stop]:.2f})"
-            if s["valid"]
-            else f"did not reach τ = {tau:g} in {stop} step{'s' * (stop != 1)} (p = "
-            f"{s['target_prob'][stop]:.2f})"
+        where = (
+            Adversarial.STEP
+            if adv > 0
+            else Adversarial.FACTUAL
+            if stop > 0
+            else Adversarial.NEVER_MOVED
         )
-        if adv > 0:
-            nascent = f"its adversarial example is step {adv}, the last within ε = {eps:g}"
-        elif stop > 0:
-            nascent = (
-                "its adversarial example is the unchanged factual: the first step already left "
-                f"the ε = {eps:g} box"
-            )
-        else:
-            nascent = "it never moved, so its adversarial example is the factual itself"
+        out[mode] = SearchReading(
+            s["valid"], stop, s["target_prob"][stop], where, adv, s["distance"][stop], l1
+        )
+    return out
+
+
+def microscope_text(result: dict[str, Any]) -> str:
+    """What the two searches did (``microscope_searches``): when each reached τ, where its
+    adversarial example was taken and how far its counterfactual lies from the factual."""
+    meta = result["meta"]
+    tau, eps = meta["search"]["tau"], meta["search"]["epsilon"]
+    parts = []
+    for mode, r in microscope_searches(result).items():
+        steps = f"{r.stop} step{'s' * (r.stop != 1)} (p = {r.target_prob:.2f})"
+        reached = (
+            f"reached τ = {tau:g} after {steps}"
+            if r.valid
+            else f"did not reach τ = {tau:g} in {steps}"
+        )
+        nascent = {
+            Adversarial.STEP: f"its adversarial example is step {r.adversarial_at}, the last "
+            f"within ε = {eps:g}",
+            Adversarial.FACTUAL: "its adversarial example is the unchanged factual: the first "
+            f"step already left the ε = {eps:g} box",
+            Adversarial.NEVER_MOVED: "it never moved, so its adversarial example is the factual "
+            "itself",
+        }[r.adversarial]
         parts.append(
             f"the {NAMES[mode]} search {reached}; {nascent}; its counterfactual lies at L-inf "
-            f"{s['distance'][stop]:.2f} and L1 {l1:.1f} from the factual"
+            f"{r.linf:.2f} and L1 {r.l1:.1f} from the factual"
         )
     return (
         f"For this digit {meta['factual']} (held-out digit {meta['index']}, target "

@@ -10,6 +10,8 @@ validity gaps) and otherwise listed as open.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from enum import Enum
 from statistics import mean
 from typing import Any
 
@@ -18,6 +20,7 @@ from plotly.subplots import make_subplots
 
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 from cfbook.evaluation.attacks import accuracy_at
+from cfbook.evaluation.measures import ip_star_key
 from cfbook.paper import published
 from cfbook.paper.agreement import (
     ROUNDING,
@@ -46,6 +49,10 @@ SCALE = "5"  # IP*'s length scale, CT.jl's 5.0, fixed before any result was seen
 MAJORITY = 2  # "agrees" in the summary: in at least this many of the seeds
 
 
+def _labels(keys: list[str]) -> str:
+    return ", ".join(EXPERIMENTS[k].label for k in keys)
+
+
 def _sentence(text: str) -> str:
     return text[0].upper() + text[1:] + "."
 
@@ -56,7 +63,7 @@ def _f(x: float | None, digits: int = 1) -> str:
 
 def seeds_of(d: dict[str, Any], measure: str, scale: str = SCALE) -> list[dict[str, Any] | None]:
     """Each seed's CT-against-baseline comparison on one measure (None: nothing valid)."""
-    key = {"ip": "ip", "ip_star": f"ip_star_{scale}", "cost": "cost"}.get(measure, measure)
+    key = {"ip": "ip", "ip_star": ip_star_key(float(scale)), "cost": "cost"}.get(measure, measure)
     return d["main"][key]["per_seed"]
 
 
@@ -125,7 +132,21 @@ def summary_text(results: dict[str, Any], scale: str = SCALE) -> str:
     )
 
 
-def average_text(results: dict[str, Any], scale: str = SCALE) -> str:
+@dataclass(frozen=True)
+class AverageRow:
+    """Ours beside the paper's average row, per seed: each measure's reduction averaged over the
+    data sets with a value (None: none), the largest IP or IP* reduction, and on how many data
+    sets CT's FGSM accuracy lies above (``above``) or below (``below``) the baseline's by more
+    than the sampling error (``_fgsm_sign``)."""
+
+    data_sets: int
+    averages: dict[str, list[float | None]]
+    largest: list[float | None]
+    above: list[int]
+    below: list[int]
+
+
+def average_row(results: dict[str, Any], scale: str = SCALE) -> AverageRow:
     """The paper's "Avg." row and its headline claims, computed from ours per seed."""
     data = results["data"]
     n_seeds = len(next(iter(data.values()))["seeds"])
@@ -135,11 +156,7 @@ def average_text(results: dict[str, Any], scale: str = SCALE) -> str:
         kept = [v["reduction"] for v in values if v is not None]
         return mean(kept) if kept else None
 
-    rows = []
-    for measure in LABELS:
-        ours = " / ".join(_f(avg(measure, i)) for i in range(n_seeds))
-        rows.append(f"{LABELS[measure]}: paper {published.AVERAGE[measure]:.2f}, ours {ours}")
-    best = [
+    largest = [
         max(
             (
                 s["reduction"]
@@ -159,18 +176,38 @@ def average_text(results: dict[str, Any], scale: str = SCALE) -> str:
         ]
         for i in range(n_seeds)
     ]
+    return AverageRow(
+        data_sets=len(data),
+        averages={m: [avg(m, i) for i in range(n_seeds)] for m in LABELS},
+        largest=largest,
+        above=[s.count(1) for s in signs],
+        below=[s.count(-1) for s in signs],
+    )
+
+
+def average_text(results: dict[str, Any], scale: str = SCALE) -> str:
+    """The paper's "Avg." row and its headline claims beside ours per seed (``average_row``)."""
+    row = average_row(results, scale)
+
+    def per_seed(values: list[float | None]) -> str:
+        return " / ".join(_f(v) for v in values)
+
+    rows = [
+        f"{LABELS[m]}: paper {published.AVERAGE[m]:.2f}, ours {per_seed(row.averages[m])}"
+        for m in LABELS
+    ]
     paper_above = sum(a["fgsm"][0] > a["fgsm"][1] for a in published.ACCURACY.values())
     return (
         "The paper's average row over the nine data sets (%), beside ours per seed: "
         + "; ".join(rows)
         + f'. Its headline claims: (1) "implausibility decreases by up to 90 %": our largest '
-        f'IP or IP* reduction per seed is {" / ".join(_f(b) for b in best)} %; (2) "the cost '
+        f'IP or IP* reduction per seed is {per_seed(row.largest)} %; (2) "the cost '
         "of reaching valid counterfactuals with protected features decreases by 19 % on "
-        f'average": ours {" / ".join(_f(avg("cost", i)) for i in range(n_seeds))} %; (3) '
+        f'average": ours {per_seed(row.averages["cost"])} %; (3) '
         '"adversarial robustness improves across the board": under FGSM at ε≈0.03 CT is more '
         f"accurate than the baseline by more than {Z} standard errors of the difference on "
-        f"{' / '.join(str(s.count(1)) for s in signs)} of {len(data)} data sets, and less "
-        f"accurate by as much on {' / '.join(str(s.count(-1)) for s in signs)} (binomial errors "
+        f"{' / '.join(map(str, row.above))} of {row.data_sets} data sets, and less "
+        f"accurate by as much on {' / '.join(map(str, row.below))} (binomial errors "
         "on the test rows, the two models taken as independent samples: both are scored on the "
         "same rows, so this overstates the error); the paper's table, from its preprint, has CT "
         f"above the baseline on {paper_above} of the {len(published.ACCURACY)} data sets it "
@@ -212,11 +249,11 @@ def validity_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _validity_close(
+def validity_close(
     results: dict[str, Any], experiment: str, tolerance: float
 ) -> tuple[int, list[str]]:
     """The data sets where CT's and the baseline's validity are both within ``tolerance`` of
-    the paper's in at least ``MAJORITY`` seeds: how many, and the labels of the others."""
+    the paper's in at least ``MAJORITY`` seeds: how many, and the others (keys)."""
     close, far = 0, []
     for key, d in results["data"].items():
         paper = published.VALIDITY[key][experiment]
@@ -231,7 +268,7 @@ def _validity_close(
         if near >= MAJORITY:
             close += 1
         else:
-            far.append(EXPERIMENTS[key].label)
+            far.append(key)
     return close, far
 
 
@@ -240,11 +277,11 @@ def validity_text(results: dict[str, Any], tolerance: float = 0.1) -> str:
     least ``MAJORITY`` seeds, and where it is not."""
     parts = []
     for experiment, name in (("unconstrained", "without constraints"), ("protected", "with them")):
-        close, far = _validity_close(results, experiment, tolerance)
+        close, far = validity_close(results, experiment, tolerance)
         parts.append(
             f"{name}, CT's and the baseline's validity are both within {tolerance:g} of the "
             f"paper's in at least {MAJORITY} seeds on {close} of {len(results['data'])} data sets"
-            + (f" (not on {', '.join(far)})" if far else "")
+            + (f" (not on {_labels(far)})" if far else "")
         )
     return _sentence("; ".join(parts))
 
@@ -279,13 +316,13 @@ def protected_lambdas_text(
         return ""
     keys = [k for k in variant["data"] if k in results["data"]]
     per_set = _beside_recorded(variant, results, keys)
-    close, far = _validity_close(_only(results, keys), "protected", tolerance)
-    close_variant, far_variant = _validity_close(variant, "protected", tolerance)
-    mended = [label for label in far if label not in far_variant]
+    close, far = validity_close(_only(results, keys), "protected", tolerance)
+    close_variant, far_variant = validity_close(variant, "protected", tolerance)
+    mended = [key for key in far if key not in far_variant]
     if mended:
         reading = (
             f"Without the ridge our CT's protected validity misses the paper's on "
-            f"{', '.join(mended)}, where the paper's, by its recorded grids trained without it "
+            f"{_labels(mended)}, where the paper's, by its recorded grids trained without it "
             "too, did not: a disagreement that the ridge removes here and whose cause is open"
         )
     else:
@@ -318,17 +355,29 @@ def default_lambdas_text(
     keys = [k for k in variant["data"] if k in results["data"]]
     _, _, reg, adv = DEFAULT_LAMBDAS
     per_set = _beside_recorded(variant, results, keys)
-    close, far = _validity_close(variant, "protected", tolerance)
-    recorded, _ = _validity_close(_only(results, keys), "protected", tolerance)
+    close, far = validity_close(variant, "protected", tolerance)
+    recorded, _ = validity_close(_only(results, keys), "protected", tolerance)
     return _sentence(
         f"Trained instead with CTExperiments' defaults (λ_reg = {reg:g}, λ_adv = {adv:g}), which "
         "CT.jl's mutability configurations give since they were emptied (variant "
         f"`default_lambdas_protected`), CT's protected validity per seed is {per_set}. Both "
         f"models' validity is then within {tolerance:g} of the paper's in at least {MAJORITY} "
         f"seeds on {close} of {len(keys)} of these data sets"
-        + (f" (not on {', '.join(far)})" if far else "")
+        + (f" (not on {_labels(far)})" if far else "")
         + f", against {recorded} with the recorded weights"
     )
+
+
+def flipped(results: dict[str, Any], rerun: dict[str, Any]) -> list[tuple[str, str]]:
+    """The numbers of the main and validity tables (data set, number) whose verdict, agreement
+    in at least ``MAJORITY`` seeds, differs between two runs of the grid."""
+    out = []
+    for key, d in results["data"].items():
+        ours, theirs = _all_verdicts(d, key), _all_verdicts(rerun["data"][key], key)
+        for number, verdict in ours.items():
+            if (count(verdict)[0] >= MAJORITY) != (count(theirs[number])[0] >= MAJORITY):
+                out.append((key, number))
+    return out
 
 
 def rerun_text(
@@ -336,17 +385,12 @@ def rerun_text(
 ) -> str:
     """The shipped results against the same command run again, same code and seeds, on another
     processor (``run``: its ``cpu``, ``date`` and ``wall_seconds``): how far the counts of
-    this chapter move with the processor's float rounding alone."""
+    this chapter move with the processor's float rounding alone (``flipped``)."""
     here, there = summary(results), summary(rerun)
-    flipped = []
-    for key, d in results["data"].items():
-        ours, theirs = _all_verdicts(d, key), _all_verdicts(rerun["data"][key], key)
-        for number, verdict in ours.items():
-            if (count(verdict)[0] >= MAJORITY) != (count(theirs[number])[0] >= MAJORITY):
-                flipped.append(f"{NAMES[key]} {number}")
+    moved = [f"{NAMES[key]} {number}" for key, number in flipped(results, rerun)]
     n_numbers = sum(len(_all_verdicts(d, k)) for k, d in results["data"].items())
     close = {
-        e: (_validity_close(results, e, tolerance)[0], _validity_close(rerun, e, tolerance)[0])
+        e: (validity_close(results, e, tolerance)[0], validity_close(rerun, e, tolerance)[0])
         for e in ("unconstrained", "protected")
     }
     text = (
@@ -360,13 +404,13 @@ def rerun_text(
         f"{close['unconstrained'][0]}) and on {close['protected'][1]} with them (here "
         f"{close['protected'][0]}). "
     )
-    if not flipped:
+    if not moved:
         return text + (
             f"None of the {n_numbers} numbers of the main and validity tables changes its verdict."
         )
     return text + (
-        f"{len(flipped)} of the {n_numbers} numbers of the main and validity tables change their "
-        f"verdict ({', '.join(flipped)}): the two processors' float rounding differs in the last "
+        f"{len(moved)} of the {n_numbers} numbers of the main and validity tables change their "
+        f"verdict ({', '.join(moved)}): the two processors' float rounding differs in the last "
         "digits, training carries that into slightly different models, and these numbers lie "
         "close to the rule's edge. A count on this page is not sharper than that."
     )
@@ -393,13 +437,14 @@ def cost_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cost_text(results: dict[str, Any]) -> str:
-    """How often our seeds' cost reductions share the paper's sign, with and without
-    constraints."""
-    parts = []
-    for key, name, paper_of in (
-        ("cost", "with the protected features", lambda k: published.MAIN[k]["cost"][0]),
-        ("cost_unconstrained", "without constraints", published.COST_UNCONSTRAINED.get),
+def cost_signs(results: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """With the protected features (``cost``) and without constraints
+    (``cost_unconstrained``): how many seed reductions share the sign of the paper's, of how
+    many seeds had one."""
+    out = {}
+    for key, paper_of in (
+        ("cost", lambda k: published.MAIN[k]["cost"][0]),
+        ("cost_unconstrained", published.COST_UNCONSTRAINED.get),
     ):
         pairs = [
             (paper_of(k), s["reduction"])
@@ -407,8 +452,21 @@ def cost_text(results: dict[str, Any]) -> str:
             for s in seeds_of(d, key)
             if s is not None
         ]
-        same = sum((p > 0) == (o > 0) for p, o in pairs)
-        parts.append(f"{name}, {same} of {len(pairs)} seed reductions have the paper's sign")
+        out[key] = (sum((p > 0) == (o > 0) for p, o in pairs), len(pairs))
+    return out
+
+
+def cost_text(results: dict[str, Any]) -> str:
+    """How often our seeds' cost reductions share the paper's sign, with and without
+    constraints (``cost_signs``)."""
+    signs = cost_signs(results)
+    parts = [
+        f"{name}, {signs[key][0]} of {signs[key][1]} seed reductions have the paper's sign"
+        for key, name in (
+            ("cost", "with the protected features"),
+            ("cost_unconstrained", "without constraints"),
+        )
+    ]
     return _sentence("; ".join(parts))
 
 
@@ -420,29 +478,45 @@ def _accuracies(runs: list[dict[str, Any]], attack: str | None) -> list[tuple[fl
     return out
 
 
+def accuracy_verdicts(d: dict[str, Any], key: str) -> dict[str, list[bool | None]] | None:
+    """Per seed, whether CT's and the baseline's accuracy, ``clean`` and under ``fgsm`` at
+    ε≈0.03, both agree with the paper's earlier run within the binomial error of our test rows
+    (None: the paper published none for this data set)."""
+    paper = published.ACCURACY.get(key)
+    if paper is None:
+        return None
+    out = {}
+    for attack in ("clean", "fgsm"):
+        ct = _accuracies(d["robustness"]["full"], None if attack == "clean" else attack)
+        bl = _accuracies(d["robustness"]["vanilla"], None if attack == "clean" else attack)
+        p = paper[attack]
+        out[attack] = [
+            level_agrees(a, sa, p[0]) and level_agrees(b, sb, p[1])
+            for (a, sa), (b, sb) in zip(ct, bl, strict=True)
+        ]
+    return out
+
+
 def accuracy_table(results: dict[str, Any]) -> str:
-    """Clean and FGSM accuracy per seed beside the paper's earlier run."""
+    """Clean and FGSM accuracy per seed beside the paper's earlier run
+    (``accuracy_verdicts``)."""
     lines = [
         "| data | accuracy | paper CT / BL | ours CT, per seed | ours BL, per seed | agrees in |",
         "|---|---|---|---|---|---|",
     ]
     for key, d in results["data"].items():
-        paper = published.ACCURACY.get(key)
-        for attack, name in ((None, "clean"), ("fgsm", "FGSM ε≈0.03")):
-            ct = _accuracies(d["robustness"]["full"], attack)
-            bl = _accuracies(d["robustness"]["vanilla"], attack)
+        agree = accuracy_verdicts(d, key)
+        for attack, name in (("clean", "clean"), ("fgsm", "FGSM ε≈0.03")):
+            ct = _accuracies(d["robustness"]["full"], None if attack == "clean" else attack)
+            bl = _accuracies(d["robustness"]["vanilla"], None if attack == "clean" else attack)
             shown = [" / ".join(f"{a:.2f}" for a, _ in side) for side in (ct, bl)]
-            if paper is None:
+            if agree is None:
                 lines.append(
                     f"| {NAMES[key]} | {name} | not published | {shown[0]} | {shown[1]} | – |"
                 )
                 continue
-            p = paper["clean" if attack is None else "fgsm"]
-            ok = [
-                level_agrees(a, sa, p[0]) and level_agrees(b, sb, p[1])
-                for (a, sa), (b, sb) in zip(ct, bl, strict=True)
-            ]
-            k, n = count(ok)
+            p = published.ACCURACY[key][attack]
+            k, n = count(agree[attack])
             lines.append(
                 f"| {NAMES[key]} | {name} | {p[0]:.2f} / {p[1]:.2f} | {shown[0]} | {shown[1]} | "
                 f"{k} of {n} |"
@@ -450,21 +524,25 @@ def accuracy_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def robustness_text(results: dict[str, Any], margin: float = 0.05) -> str:
-    """Where CT is more robust than the baseline under FGSM in every seed, beside the paper."""
+def more_robust(results: dict[str, Any], margin: float = 0.05) -> tuple[list[str], list[str]]:
+    """The data sets (keys) where CT is more accurate under FGSM than the baseline by more than
+    ``margin`` in every seed here, and in the paper's earlier run."""
     ours = [
-        EXPERIMENTS[k].label
+        k
         for k, d in results["data"].items()
         if all(
             accuracy_at(c, "fgsm", FGSM_EPS) > accuracy_at(b, "fgsm", FGSM_EPS) + margin
             for c, b in zip(d["robustness"]["full"], d["robustness"]["vanilla"], strict=True)
         )
     ]
-    paper = [
-        EXPERIMENTS[k].label
-        for k, a in published.ACCURACY.items()
-        if a["fgsm"][0] > a["fgsm"][1] + margin
-    ]
+    paper = [k for k, a in published.ACCURACY.items() if a["fgsm"][0] > a["fgsm"][1] + margin]
+    return ours, paper
+
+
+def robustness_text(results: dict[str, Any], margin: float = 0.05) -> str:
+    """Where CT is more robust than the baseline under FGSM in every seed, beside the paper
+    (``more_robust``)."""
+    ours, paper = ([EXPERIMENTS[k].label for k in keys] for keys in more_robust(results, margin))
     return (
         f"Under FGSM at ε≈0.03, CT is more accurate than the baseline by more than {margin:g} in "
         f"every seed on {', '.join(ours) or 'no data set'} here, and on "
@@ -472,43 +550,65 @@ def robustness_text(results: dict[str, Any], margin: float = 0.05) -> str:
     )
 
 
-def _measured_causes(d: dict[str, Any], measure: str, scale: str) -> list[str]:
-    """What the shipped results measure that bears on a disagreement."""
+class Cause(Enum):
+    """What the shipped results measure about a disagreement with the paper."""
+
+    FEW_VALID_IN_TRAINING = "few valid in training"  # under half in every seed's training
+    SIGNS_DIFFER = "signs differ"  # seeds on both sides of zero
+    ALMOST_NONE_VALID = "almost none valid"  # test-time validity under 0.05, both models
+    VALIDITY_DIFFERS = "validity differs"  # the two models' mean validity over 0.1 apart
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A published reduction that agrees in fewer than ``MAJORITY`` seeds: in how many of how
+    many; what the shipped results measure about it (``causes``, with the training-time
+    validity per seed and the two models' mean test-time validity they quote); the variants
+    that change the count, as (name, seeds agreeing, seeds); and every variant tried."""
+
+    key: str
+    measure: str
+    agree: int
+    seeds: int
+    causes: tuple[Cause, ...]
+    training_valid: tuple[float, ...]
+    validity: tuple[float, float] | None
+    variants: tuple[tuple[str, int, int], ...]
+    tried: tuple[str, ...]
+
+
+def _causes(
+    d: dict[str, Any], measure: str, scale: str
+) -> tuple[list[Cause], list[float], tuple[float, float] | None]:
+    """What the shipped results measure that bears on a disagreement, with the numbers."""
     causes = []
     training = "full_protected" if measure == "cost" else "full"
     valid = [v for v in d["valid_at_training"][training] if v is not None]
     if valid and max(valid) < 0.5:
-        shown = ", ".join(f"{v:.0%}" for v in valid)
-        causes.append(
-            f"only {shown} of the training-time counterfactuals were valid, so the energy "
-            "differential was zero for most of them"
-        )
+        causes.append(Cause.FEW_VALID_IN_TRAINING)
     per_seed = [s["reduction"] for s in seeds_of(d, measure, scale) if s is not None]
     if per_seed and min(per_seed) < 0 < max(per_seed):
-        causes.append("our seeds differ in sign: the trained model, not the runs, decides it")
+        causes.append(Cause.SIGNS_DIFFER)
     experiment = "protected" if measure == "cost" else "unconstrained"
     v = d["validity"][experiment]
     ct = [s["mean"] for s in v["full"] if s["mean"] is not None]
     bl = [s["mean"] for s in v["vanilla"] if s["mean"] is not None]
+    levels = (mean(ct), mean(bl)) if ct and bl else None
     if ct and bl and max(ct + bl) < 0.05:
-        causes.append("almost no test-time counterfactual is valid")
-    elif ct and bl and abs(mean(ct) - mean(bl)) > 0.1:
-        causes.append(
-            f"validity differs (CT {mean(ct):.2f}, BL {mean(bl):.2f} on average), so the two "
-            "means are over different factuals"
-        )
-    return causes
+        causes.append(Cause.ALMOST_NONE_VALID)
+    elif levels is not None and abs(levels[0] - levels[1]) > 0.1:
+        causes.append(Cause.VALIDITY_DIFFERS)
+    return causes, valid, levels
 
 
-def findings(
+def disagreements(
     results: dict[str, Any],
     scale: str = SCALE,
     variants: dict[str, dict[str, Any]] | None = None,
-) -> str:
-    """Every published reduction that does not agree in ``MAJORITY`` seeds, with what the shipped
-    results measure about it: the paper setup's own numbers, and each variant run on its data
-    set that changes how many seeds agree. Without a measurement it is listed as open, with the
-    variants that were tried."""
+) -> list[Finding]:
+    """Every published reduction that does not agree in ``MAJORITY`` seeds, with what the
+    shipped results measure about it and the variants run on its data set that change how many
+    seeds agree."""
     variants = variants or {}
     out = []
     for key, d in results["data"].items():
@@ -516,24 +616,77 @@ def findings(
             k, n = count(verdicts(d, key, measure, scale))
             if k >= MAJORITY:
                 continue
-            value = published.MAIN[key][measure][0]
-            seeds = ", ".join(_reduction(s) for s in seeds_of(d, measure, scale))
-            causes = _measured_causes(d, measure, scale)
+            causes, valid, levels = _causes(d, measure, scale)
             tried = [name for name, v in variants.items() if key in v["data"]]
+            moved = []
             for name in tried:
                 k1, n1 = count(verdicts(variants[name]["data"][key], key, measure, scale))
                 if k1 != k:
-                    causes.append(f"with {VARIANT_TEXT.get(name, name)} it agrees in {k1} of {n1}")
-            if causes:
-                said = "Measured: " + "; ".join(causes) + "."
-            else:
-                said = "Open: no shipped measurement explains it" + (
-                    f" (variants tried: {', '.join(tried)}, none changes it)." if tried else "."
-                )
+                    moved.append((name, k1, n1))
             out.append(
-                f"- **{NAMES[key]}, {LABELS[measure]}** (agrees in {k} of {n}): paper "
-                f"{value:.1f} %, ours {seeds} %. {said}"
+                Finding(
+                    key,
+                    measure,
+                    k,
+                    n,
+                    tuple(causes),
+                    tuple(valid),
+                    levels,
+                    tuple(moved),
+                    tuple(tried),
+                )
             )
+    return out
+
+
+_CAUSE = {
+    Cause.SIGNS_DIFFER: "our seeds differ in sign: the trained model, not the runs, decides it",
+    Cause.ALMOST_NONE_VALID: "almost no test-time counterfactual is valid",
+}
+
+
+def _cause_text(cause: Cause, finding: Finding) -> str:
+    if cause is Cause.FEW_VALID_IN_TRAINING:
+        shown = ", ".join(f"{v:.0%}" for v in finding.training_valid)
+        return (
+            f"only {shown} of the training-time counterfactuals were valid, so the energy "
+            "differential was zero for most of them"
+        )
+    if cause is Cause.VALIDITY_DIFFERS:
+        ct, bl = finding.validity
+        return (
+            f"validity differs (CT {ct:.2f}, BL {bl:.2f} on average), so the two means are over "
+            "different factuals"
+        )
+    return _CAUSE[cause]
+
+
+def findings(
+    results: dict[str, Any],
+    scale: str = SCALE,
+    variants: dict[str, dict[str, Any]] | None = None,
+) -> str:
+    """Every published reduction that does not agree in ``MAJORITY`` seeds (``disagreements``),
+    with what the shipped results measure about it; without a measurement it is listed as open,
+    with the variants that were tried."""
+    out = []
+    for f in disagreements(results, scale, variants):
+        said = [_cause_text(c, f) for c in f.causes]
+        said += [
+            f"with {VARIANT_TEXT.get(name, name)} it agrees in {k} of {n}"
+            for name, k, n in f.variants
+        ]
+        if said:
+            text = "Measured: " + "; ".join(said) + "."
+        else:
+            text = "Open: no shipped measurement explains it" + (
+                f" (variants tried: {', '.join(f.tried)}, none changes it)." if f.tried else "."
+            )
+        seeds = ", ".join(_reduction(s) for s in seeds_of(results["data"][f.key], f.measure, scale))
+        out.append(
+            f"- **{NAMES[f.key]}, {LABELS[f.measure]}** (agrees in {f.agree} of {f.seeds}): paper "
+            f"{published.MAIN[f.key][f.measure][0]:.1f} %, ours {seeds} %. {text}"
+        )
     return "\n".join(out) if out else "Every published reduction agrees in at least 2 seeds."
 
 
@@ -554,7 +707,9 @@ VARIANT_TEXT = {
 }
 
 
-def _validity_verdicts(d: dict[str, Any], key: str, experiment: str) -> list[bool | None]:
+def validity_verdicts(d: dict[str, Any], key: str, experiment: str) -> list[bool | None]:
+    """Per seed, whether CT's and the baseline's validity both agree with the paper's in one
+    ``experiment`` (None: a seed without a value)."""
     paper = published.VALIDITY[key][experiment]
     ct, ct_ok = _levels(d["validity"][experiment]["full"], paper[0])
     bl, bl_ok = _levels(d["validity"][experiment]["vanilla"], paper[1])
@@ -563,51 +718,79 @@ def _validity_verdicts(d: dict[str, Any], key: str, experiment: str) -> list[boo
 
 def _all_verdicts(d: dict[str, Any], key: str) -> dict[str, list[bool | None]]:
     out = {LABELS[m]: verdicts(d, key, m) for m in LABELS}
-    out["validity, no constraints"] = _validity_verdicts(d, key, "unconstrained")
-    out["validity, protected"] = _validity_verdicts(d, key, "protected")
+    out["validity, no constraints"] = validity_verdicts(d, key, "unconstrained")
+    out["validity, protected"] = validity_verdicts(d, key, "protected")
+    return out
+
+
+@dataclass(frozen=True)
+class VariantEffect:
+    """What one variant changes: each number it moves, as (data set, number, (seeds agreeing,
+    seeds) with the paper setup, the same with the variant); and how many of all its numbers
+    agree in at least ``MAJORITY`` seeds with the paper setup (``before``) and with it
+    (``after``), of ``total``."""
+
+    name: str
+    moved: list[tuple[str, str, tuple[int, int], tuple[int, int]]]
+    before: int
+    after: int
+    total: int
+
+
+def variant_effects(
+    results: dict[str, Any], variants: dict[str, dict[str, Any]]
+) -> list[VariantEffect]:
+    """Per shipped variant (one departure from the paper's setup, run on the data sets it
+    concerns), the numbers of the main and validity tables whose agreement it moves."""
+    out = []
+    for name, other in variants.items():
+        moved, before, after, total = [], 0, 0, 0
+        for key, d in other["data"].items():
+            ours, theirs = _all_verdicts(results["data"][key], key), _all_verdicts(d, key)
+            for number, verdict in theirs.items():
+                paper_setup, changed = count(ours[number]), count(verdict)
+                total += 1
+                before += paper_setup[0] >= MAJORITY
+                after += changed[0] >= MAJORITY
+                if paper_setup[0] != changed[0]:
+                    moved.append((key, number, paper_setup, changed))
+        out.append(VariantEffect(name, moved, before, after, total))
     return out
 
 
 def causes_table(results: dict[str, Any], variants: dict[str, dict[str, Any]]) -> str:
-    """Per shipped variant (one departure from the paper's setup, run on the data sets it
-    concerns), how many seeds agree with the paper with the paper's setup and with the
-    variant, for every number the variant moves; a summary row per variant."""
+    """Per shipped variant, how many seeds agree with the paper with the paper's setup and with
+    the variant, for every number the variant moves; a summary row per variant
+    (``variant_effects``)."""
     lines = [
         "| variant | data | number | paper setup: agrees in | variant: agrees in | "
         "variant, per seed |",
         "|---|---|---|---|---|---|",
     ]
-    for name, other in variants.items():
-        before = after = total = 0
-        for key, d in other["data"].items():
-            ours, theirs = _all_verdicts(results["data"][key], key), _all_verdicts(d, key)
-            for number, verdict in theirs.items():
-                k0, n0 = count(ours[number])
-                k1, n1 = count(verdict)
-                total += 1
-                before += k0 >= MAJORITY
-                after += k1 >= MAJORITY
-                if k0 == k1:
-                    continue
-                measure = next((m for m, label in LABELS.items() if label == number), None)
-                if measure is None:
-                    experiment = "unconstrained" if "no constraints" in number else "protected"
-                    shown = " / ".join(
-                        f"{a['mean']:.2f}, {b['mean']:.2f}"
-                        for a, b in zip(
-                            d["validity"][experiment]["full"],
-                            d["validity"][experiment]["vanilla"],
-                            strict=True,
-                        )
+    for effect in variant_effects(results, variants):
+        name = effect.name
+        for key, number, (k0, n0), (k1, n1) in effect.moved:
+            d = variants[name]["data"][key]
+            measure = next((m for m, label in LABELS.items() if label == number), None)
+            if measure is None:
+                experiment = "unconstrained" if "no constraints" in number else "protected"
+                shown = " / ".join(
+                    f"{a['mean']:.2f}, {b['mean']:.2f}"
+                    for a, b in zip(
+                        d["validity"][experiment]["full"],
+                        d["validity"][experiment]["vanilla"],
+                        strict=True,
                     )
-                else:
-                    shown = " / ".join(_reduction(x) for x in seeds_of(d, measure))
-                lines.append(
-                    f"| {name} | {NAMES[key]} | {number} | {k0} of {n0} | {k1} of {n1} | {shown} |"
                 )
+            else:
+                shown = " / ".join(_reduction(x) for x in seeds_of(d, measure))
+            lines.append(
+                f"| {name} | {NAMES[key]} | {number} | {k0} of {n0} | {k1} of {n1} | {shown} |"
+            )
         lines.append(
             f"| **{name}**: {VARIANT_TEXT.get(name, name)} | all its data sets | numbers that "
-            f"agree in ≥ {MAJORITY} seeds | {before} of {total} | {after} of {total} | |"
+            f"agree in ≥ {MAJORITY} seeds | {effect.before} of {effect.total} | {effect.after} of "
+            f"{effect.total} | |"
         )
     return "\n".join(lines)
 

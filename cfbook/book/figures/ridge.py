@@ -10,6 +10,7 @@ from them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import pstdev
 from typing import Any
@@ -110,14 +111,42 @@ def stability_table(configured: Logs, results: dict[str, Any], ridged: Ridged) -
     return "\n".join(lines)
 
 
-def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) -> str:
-    """What the logs say: how far the logits grow and how much the training-time validity moves
-    without the ridge and with it; on the data sets where every seed without it moves more than
-    every seed with it, whether the last epoch's validity tracks the test-time validity and
-    whether the runs ever reach the paper's level."""
+@dataclass(frozen=True)
+class Reached:
+    """On a data set where the paper's protected validity is ``REACHED`` or more: how many of the
+    last ``LATE`` epochs reach it, per seed without the ridge, and how many seeds end there."""
+
+    key: str
+    visits: list[int]
+    ended: int
+
+
+@dataclass(frozen=True)
+class StabilityReading:
+    """What the logs say. Per data set (key), each seed's standard deviation of the
+    training-time validity over the last ``LATE`` epochs, without the ridge and with any
+    ridged weighting; the largest ridge term per seed without and with; the data sets where
+    every seed without the ridge moves more than every seed with it (``unsteady``), those of
+    them whose last epoch's training-time validity lies within ``CLOSE`` of the test-time one in
+    every seed (``tracked``), and how often they reach the paper's level (``reached``)."""
+
+    without: dict[str, list[float]]
+    with_: dict[str, list[float]]
+    ridge_without: list[float]
+    ridge_with: list[float]
+    unsteady: list[str]
+    tracked: list[str]
+    reached: list[Reached]
+
+
+def stability_reading(
+    configured: Logs, results: dict[str, Any], ridged: Ridged
+) -> StabilityReading | None:
+    """The spread of the training-time validity and the ridge terms, without the ridge and with
+    it, and what follows (None: no data set with logs and results of every weighting)."""
     keys = _keys(configured, results, ridged)
     if not keys or not ridged:
-        return ""
+        return None
     with_logs = [logs for logs, _ in ridged.values()]
 
     def spreads(key: str, *logs: Logs) -> list[float]:
@@ -130,40 +159,9 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
 
     without = {k: spreads(k, configured) for k in keys}
     with_ = {k: spreads(k, *with_logs) for k in keys}
-    low, high = min(map(min, without.values())), max(map(max, without.values()))
-    r_without, r_with = ridges(configured), ridges(*with_logs)
-    text = (
-        f"The training logs of the same cells show how the trainings differ. Without the "
-        f"ridge, the ridge term that CT logs but weighs 0 (the mean of z_t² over the "
-        f"counterfactuals and their neighbours) reaches {_number(min(r_without))} to "
-        f"{_number(max(r_without))} at its largest, per data set and seed, a root-mean-square "
-        f"target logit of {(min(r_without) / 2) ** 0.5:,.0f} to "
-        f"{(max(r_without) / 2) ** 0.5:,.0f}; with {_listed(list(ridged))} it stays at or below "
-        f"{_number(max(r_with))}. Over the last {LATE} epochs CT's training-time validity (the "
-        f"training search: {SEARCH['maxiter']} steps, to the data set's training τ) moves with "
-        f"a standard deviation of {low:.2f} to {high:.2f} per seed without the ridge and "
-        f"{min(map(min, with_.values())):.2f} to {max(map(max, with_.values())):.2f} with it. "
-    )
     unsteady = [k for k in keys if min(without[k]) > max(with_[k])]
-    overlap = [
-        f"{NAMES[k]} ({min(without[k]):.2f}–{max(without[k]):.2f} without, "
-        f"{min(with_[k]):.2f}–{max(with_[k]):.2f} with)"
-        for k in keys
-        if k not in unsteady
-    ]
-    if not unsteady:
-        return text + (
-            "On every data set the two ranges overlap: the logs do not show a less steady "
-            "training without the ridge, so they do not explain the difference in protected "
-            "validity."
-        )
-    text += (
-        f"On {_listed([NAMES[k] for k in unsteady])} every seed trained without the ridge moves "
-        "more than every seed trained with it"
-        + (f"; on {_listed(overlap)} the ranges overlap. " if overlap else ". ")
-    )
     tracked = [
-        NAMES[k]
+        k
         for k in unsteady
         if all(
             v is not None and abs(c["log"][-1]["percent_valid"] - v) <= CLOSE
@@ -174,30 +172,81 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
             )
         )
     ]
+    reached = []
+    for k in unsteady:
+        if published.VALIDITY[k]["protected"][0] < REACHED:
+            continue
+        seeds = [configured[k][s] for s in sorted(configured[k])]
+        reached.append(
+            Reached(
+                k,
+                [sum(v >= REACHED for v in _late(c)) for c in seeds],
+                sum(c["log"][-1]["percent_valid"] >= REACHED for c in seeds),
+            )
+        )
+    return StabilityReading(
+        without, with_, ridges(configured), ridges(*with_logs), unsteady, tracked, reached
+    )
+
+
+def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) -> str:
+    """What the logs say (``stability_reading``): how far the logits grow and how much the
+    training-time validity moves without the ridge and with it; on the data sets where every
+    seed without it moves more than every seed with it, whether the last epoch's validity tracks
+    the test-time validity and whether the runs ever reach the paper's level."""
+    r = stability_reading(configured, results, ridged)
+    if r is None:
+        return ""
+    without, with_ = r.without, r.with_
+    low, high = min(map(min, without.values())), max(map(max, without.values()))
+    r_without = r.ridge_without
+    text = (
+        f"The training logs of the same cells show how the trainings differ. Without the "
+        f"ridge, the ridge term that CT logs but weighs 0 (the mean of z_t² over the "
+        f"counterfactuals and their neighbours) reaches {_number(min(r_without))} to "
+        f"{_number(max(r_without))} at its largest, per data set and seed, a root-mean-square "
+        f"target logit of {(min(r_without) / 2) ** 0.5:,.0f} to "
+        f"{(max(r_without) / 2) ** 0.5:,.0f}; with {_listed(list(ridged))} it stays at or below "
+        f"{_number(max(r.ridge_with))}. Over the last {LATE} epochs CT's training-time validity "
+        f"(the training search: {SEARCH['maxiter']} steps, to the data set's training τ) moves "
+        f"with a standard deviation of {low:.2f} to {high:.2f} per seed without the ridge and "
+        f"{min(map(min, with_.values())):.2f} to {max(map(max, with_.values())):.2f} with it. "
+    )
+    if not r.unsteady:
+        return text + (
+            "On every data set the two ranges overlap: the logs do not show a less steady "
+            "training without the ridge, so they do not explain the difference in protected "
+            "validity."
+        )
+    overlap = [
+        f"{NAMES[k]} ({min(without[k]):.2f}–{max(without[k]):.2f} without, "
+        f"{min(with_[k]):.2f}–{max(with_[k]):.2f} with)"
+        for k in without
+        if k not in r.unsteady
+    ]
+    text += (
+        f"On {_listed([NAMES[k] for k in r.unsteady])} every seed trained without the ridge moves "
+        "more than every seed trained with it"
+        + (f"; on {_listed(overlap)} the ranges overlap. " if overlap else ". ")
+    )
     last_epoch = _last_epoch(configured)
     text += (
         f"There, without the ridge, the model that training leaves at {last_epoch} depends on "
         "where this oscillation stands when it stops"
     )
     text += (
-        f": on {_listed(tracked)} the last epoch's training-time validity lies within "
-        f"{CLOSE:g} of the test-time protected validity in every seed. "
-        if tracked
+        f": on {_listed([NAMES[k] for k in r.tracked])} the last epoch's training-time validity "
+        f"lies within {CLOSE:g} of the test-time protected validity in every seed. "
+        if r.tracked
         else ", though on none of them does the last epoch's training-time validity stay within "
         f"{CLOSE:g} of the test-time protected validity in every seed. "
     )
-    reached = []
-    for k in unsteady:
-        paper = published.VALIDITY[k]["protected"][0]
-        if paper < REACHED:
-            continue
-        seeds = [configured[k][s] for s in sorted(configured[k])]
-        visits = " / ".join(str(sum(v >= REACHED for v in _late(c))) for c in seeds)
-        ended = sum(c["log"][-1]["percent_valid"] >= REACHED for c in seeds)
-        reached.append(
-            f"{NAMES[k]} (paper {paper:.2f}) in {visits} of the last {LATE} epochs per seed, "
-            f"at {last_epoch} in {ended} of {len(seeds)}"
-        )
+    reached = [
+        f"{NAMES[x.key]} (paper {published.VALIDITY[x.key]['protected'][0]:.2f}) in "
+        f"{' / '.join(map(str, x.visits))} of the last {LATE} epochs per seed, at {last_epoch} in "
+        f"{x.ended} of {len(x.visits)}"
+        for x in r.reached
+    ]
     if reached:
         text += (
             f"Where the paper reports a protected validity of {REACHED:g} or more, our runs "

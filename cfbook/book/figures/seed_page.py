@@ -6,6 +6,8 @@ beside it is written from the same logs, so it says what this run measured, not 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import plotly.graph_objects as go
@@ -60,9 +62,36 @@ def seed_page_summary(full: TrainingLog, vanilla: TrainingLog) -> dict[str, Any]
     }
 
 
+class Movement(Enum):
+    """How CT's implausibility moved from the first search epoch to the last."""
+
+    FELL = "fell"
+    ROSE = "rose"
+    STAYED = "stayed"
+
+
+@dataclass(frozen=True)
+class SeedPageVerdict:
+    """What ``seed_page_summary`` says: how the implausibility moved (None: no search epoch),
+    and whether it averages mostly invalid counterfactuals (the raw semantics with fewer than
+    half of the searches valid), so that it says nothing about plausible explanations."""
+
+    implausibility: Movement | None
+    mostly_invalid: bool
+
+
+def seed_page_verdict(s: dict[str, Any]) -> SeedPageVerdict:
+    """The verdicts of the page's text, from ``seed_page_summary``."""
+    if s["valid"] is None or s["implaus_first"] is None:
+        return SeedPageVerdict(None, False)
+    first, last = s["implaus_first"], s["implaus_last"]
+    moved = Movement.FELL if last < first else Movement.ROSE if last > first else Movement.STAYED
+    return SeedPageVerdict(moved, s["mature"] == "raw" and s["valid"] < 0.5)
+
+
 def seed_page_markdown(s: dict[str, Any], reference: dict[str, Any] | None = None) -> str:
-    """What the run shows, from ``seed_page_summary``; ``reference`` (the same summary of
-    another profile's first runs) adds its cost ratio for comparison."""
+    """What the run shows (``seed_page_verdict``), from ``seed_page_summary``; ``reference``
+    (the same summary of another profile's first runs) adds its cost ratio for comparison."""
     threads = f", {s['threads']} threads" if s["threads"] else ""
     out = [
         f"**Run:** one seed per objective on {s['device']}{threads}, {s['nepochs']} epochs, the "
@@ -92,16 +121,16 @@ def seed_page_markdown(s: dict[str, Any], reference: dict[str, Any] | None = Non
             "due to the objective from one due to the seed (the `cpu` profile's three seeds "
             "measure that spread)."
         )
-    if s["valid"] is not None and s["implaus_first"] is not None:
+    verdict = seed_page_verdict(s)
+    if verdict.implausibility is not None:
         first, last = s["implaus_first"], s["implaus_last"]
-        moved = "fell" if last < first else "rose" if last > first else "stayed"
         text = (
             f"**Search and implausibility:** after burn-in {100 * s['valid']:.0f} % of the "
-            f"training-time counterfactuals reached their target. CT's implausibility {moved} "
-            f"from {first:.2f} to {last:.2f} logits over {s['search_epochs']} search epochs "
-            f"(lowest {s['implaus_min']:.2f})."
+            f"training-time counterfactuals reached their target. CT's implausibility "
+            f"{verdict.implausibility.value} from {first:.2f} to {last:.2f} logits over "
+            f"{s['search_epochs']} search epochs (lowest {s['implaus_min']:.2f})."
         )
-        if s["mature"] == "raw" and s["valid"] < 0.5:
+        if verdict.mostly_invalid:
             text += (
                 " Under the raw semantics that average includes every counterfactual that never "
                 "reached its target, most of them here: it is the term the loss minimises, not a "

@@ -10,13 +10,15 @@ seeds; otherwise the two are "comparable".
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cfbook.book.figures.training import BURNIN_COLOUR, COLOURS, TEMPLATE
-from cfbook.book.report import clear_difference
+from cfbook.book.report import Difference, clear_difference, difference
 from cfbook.evaluation.statistics import mean_of, mean_se
 from cfbook.training.log import TrainingLog
 
@@ -88,8 +90,63 @@ def _spread(values: Sequence[float], unit: str, digits: int = 1) -> str:
     return text if se is None else f"{text} ± {se:.{digits}f}"
 
 
+class Trend(Enum):
+    """How the energy differential over the valid counterfactuals moved over the search
+    epochs, over the seeds."""
+
+    FELL = "fell"  # in every seed, clearly (CT better)
+    ROSE = "rose"  # in every seed, clearly
+    MIXED = "mixed"  # no consistent change
+    NOT_MEASURED = "not measured"  # too few valid counterfactuals to follow it
+
+
+@dataclass(frozen=True)
+class ComparisonVerdict:
+    """What ``seeds_summary`` says: accuracy (None: no seed to compare), the plausibility
+    trend, and whether the average over all counterfactuals moved the other way."""
+
+    accuracy: Difference | None
+    plausibility: Trend
+    other_way: bool
+
+
+def seeds_verdict(s: dict[str, Any]) -> ComparisonVerdict:
+    """The comparison chapter's verdicts, from ``seeds_summary``: a difference or a trend only
+    where every seed agrees on its sign and the mean exceeds twice its standard error."""
+    diffs, trends, all_trends = s["acc_diffs_pp"], s["implaus_valid_trend_pct"], s["implaus_fall"]
+    if not trends:
+        trend = Trend.NOT_MEASURED
+    elif clear_difference(trends):
+        trend = Trend.FELL if sum(trends) > 0 else Trend.ROSE
+    else:
+        trend = Trend.MIXED
+    other_way = (
+        trend in (Trend.FELL, Trend.ROSE)
+        and bool(all_trends)
+        and (sum(all_trends) > 0) != (sum(trends) > 0)
+    )
+    return ComparisonVerdict(difference(diffs) if diffs else None, trend, other_way)
+
+
+_ACCURACY = {
+    Difference.HIGHER: "higher with CT",
+    Difference.LOWER: "lower with CT",
+    Difference.ONE_SEED: "one seed: no spread between seeds to tell a difference from",
+    Difference.COMPARABLE: "comparable: the difference is within the spread between seeds",
+}
+_TREND = {
+    Trend.FELL: "it fell in every seed: the model gives the counterfactuals that reach their "
+    "target less evidence relative to real target-class samples",
+    Trend.ROSE: "it rose in every seed: the model gives the counterfactuals that reach their "
+    "target more evidence relative to real target-class samples, the opposite of what the term "
+    "asks",
+    Trend.MIXED: "no consistent change across the seeds",
+}
+
+
 def seeds_markdown(s: dict[str, Any]) -> str:
-    """The comparison chapter's verdicts, from ``seeds_summary``."""
+    """The comparison chapter's verdicts (``seeds_verdict``), from ``seeds_summary``."""
+    verdict = seeds_verdict(s)
     n, seeds = len(s["seeds"]), ", ".join(map(str, s["seeds"]))
     out = [
         f"**Runs:** {n} seed{'s' if n != 1 else ''} per objective ({seeds}), "
@@ -105,17 +162,12 @@ def seeds_markdown(s: dict[str, Any]) -> str:
             "times as long), averaged over the seeds."
         )
     diffs = s["acc_diffs_pp"]
-    if diffs:
+    if verdict.accuracy is not None:
         per_seed = ", ".join(f"{d:+.1f}" for d in diffs)
-        if clear_difference(diffs):
-            verdict = "higher with CT" if sum(diffs) > 0 else "lower with CT"
-        elif len(diffs) < 2:
-            verdict = "one seed: no spread between seeds to tell a difference from"
-        else:
-            verdict = "comparable: the difference is within the spread between seeds"
         out.append(
             f"**Accuracy:** held-out accuracy over the last {s['last_epochs']} recorded epochs, CT "
-            f"minus baseline: {_spread(diffs, ' pp')} over the seeds ({per_seed} pp): {verdict}."
+            f"minus baseline: {_spread(diffs, ' pp')} over the seeds ({per_seed} pp): "
+            f"{_ACCURACY[verdict.accuracy]}."
         )
     valid = [v for v in s["valid_per_seed"] if v is not None]
     if valid:
@@ -125,32 +177,19 @@ def seeds_markdown(s: dict[str, Any]) -> str:
             f"{', '.join(f'{100 * v:.0f} %' for v in valid)})."
         )
     trends = s["implaus_valid_trend_pct"]
-    if not trends:
+    if verdict.plausibility is Trend.NOT_MEASURED:
         out.append(
             "**Plausibility:** too few valid counterfactuals to follow the energy differential "
             "over the valid ones; this run says nothing about plausibility."
         )
     else:
         per_seed = ", ".join(f"{t:+.0f}" for t in trends)
-        clear = clear_difference(trends)
-        if clear:
-            verdict = (
-                "it fell in every seed: the model gives the counterfactuals that reach their "
-                "target less evidence relative to real target-class samples"
-                if sum(trends) > 0
-                else "it rose in every seed: the model gives the counterfactuals that reach their "
-                "target more evidence relative to real target-class samples, the opposite of "
-                "what the term asks"
-            )
-        else:
-            verdict = "no consistent change across the seeds"
         text = (
             f"**Plausibility:** the energy differential over the valid counterfactuals changed by "
             f"{_spread(trends, ' %', 0)} from the first to the last search epoch ({per_seed} %; "
-            f"positive = fell): {verdict}."
+            f"positive = fell): {_TREND[verdict.plausibility]}."
         )
-        all_trends = s["implaus_fall"]
-        if clear and all_trends and (sum(all_trends) > 0) != (sum(trends) > 0):
+        if verdict.other_way:
             text += (
                 " Over all counterfactuals (an invalid one counting 0) it moved the other way: "
                 "that average follows the share of valid searches, not plausibility."

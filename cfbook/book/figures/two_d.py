@@ -4,6 +4,7 @@ menu to switch data sets, and text written from the paths."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -138,47 +139,102 @@ def two_d_figure(result: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def two_d_text(result: dict[str, Any]) -> str:
-    """Per data set, what the paths show: how far the searches travel (L1) for the baseline and
-    for CT, how many end valid, and whether a protected search ever moved along x1."""
-    lines = []
+@dataclass(frozen=True)
+class PanelReading:
+    """One panel's searches: how many end valid, of how many; their mean path length (L1) and
+    mean reach (L1 from start to end); whether they wander (a path ``WANDERING`` times as long as
+    its reach); whether a protected search moved x1."""
+
+    title: str
+    valid: int
+    searches: int
+    length: float
+    reach: float
+    wanders: bool
+    moved_x1: bool
+
+
+@dataclass(frozen=True)
+class TwoDReading:
+    """One data set: its panels; whether CT's free searches (second panel) reach further than
+    the baseline's (first); the share of grid columns crossable along x2 for the baseline and
+    for CT trained with x1 protected (last panel), and whether that training left fewer."""
+
+    label: str
+    panels: list[PanelReading]
+    ct_further: bool
+    crossable: tuple[float, float]
+    fewer_crossable: bool
+
+
+def _panel(panel: dict[str, Any]) -> PanelReading:
+    n = len(panel["valid"])
+    length, reach = sum(panel["path_l1"]) / n, _mean_reach(panel["paths"])
+    return PanelReading(
+        panel["title"],
+        sum(panel["valid"]),
+        n,
+        length,
+        reach,
+        length > WANDERING * reach,
+        bool(panel["protected"] and panel["moved_x1"]),
+    )
+
+
+def two_d_readings(result: dict[str, Any]) -> list[TwoDReading]:
+    """What the paths of each data set show."""
+    out = []
     for d in result["data"]:
-        p = {panel["title"]: panel for panel in d["panels"]}
+        first, last = d["panels"][0], d["panels"][-1]
+        crossable = (_crossable(first), _crossable(last))
+        out.append(
+            TwoDReading(
+                d["label"],
+                [_panel(panel) for panel in {p["title"]: p for p in d["panels"]}.values()],
+                _mean_reach(d["panels"][1]["paths"]) > _mean_reach(first["paths"]),
+                crossable,
+                crossable[1] < crossable[0],
+            )
+        )
+    return out
+
+
+def two_d_text(result: dict[str, Any]) -> str:
+    """Per data set, what the paths show (``two_d_readings``): how far the searches travel (L1)
+    for the baseline and for CT, how many end valid, and whether a protected search ever moved
+    along x1."""
+    readings = two_d_readings(result)
+    lines = []
+    for r in readings:
         parts = []
-        for title in p:
-            panel = p[title]
-            n, valid = len(panel["valid"]), sum(panel["valid"])
-            mean = sum(panel["path_l1"]) / n
-            reach = _mean_reach(panel["paths"])
-            part = f"{title}: {valid}/{n} valid, mean path length {mean:.2f}, reach {reach:.2f}"
-            if mean > WANDERING * reach:
-                part += f" (the paths wander: {mean / reach:.0f} times as long as their reach)"
+        for p in r.panels:
+            part = (
+                f"{p.title}: {p.valid}/{p.searches} valid, mean path length {p.length:.2f}, "
+                f"reach {p.reach:.2f}"
+            )
+            if p.wanders:
+                part += (
+                    f" (the paths wander: {p.length / p.reach:.0f} times as long as their reach)"
+                )
             parts.append(part)
-        moved = [t for t, panel in p.items() if panel["protected"] and panel["moved_x1"]]
+        moved = [p.title for p in r.panels if p.moved_x1]
         frozen = "x1 moved in " + ", ".join(moved) if moved else "no protected search moved x1"
-        lines.append(f"- **{d['label']}**: " + "; ".join(parts) + f"; {frozen}.")
-    further = [
-        d["label"]
-        for d in result["data"]
-        if _mean_reach(d["panels"][1]["paths"]) > _mean_reach(d["panels"][0]["paths"])
-    ]
+        lines.append(f"- **{r.label}**: " + "; ".join(parts) + f"; {frozen}.")
+    further = [r.label for r in readings if r.ct_further]
     lines.append(
         f"\nCT's free searches end further from their factuals than the baseline's on "
-        f"{len(further)} of {len(result['data'])} data sets ({', '.join(further) or 'none'})."
+        f"{len(further)} of {len(readings)} data sets ({', '.join(further) or 'none'})."
     )
-    # The baseline (first panel) against CT trained with x1 protected (last panel).
-    shares = [
-        (d["label"], _crossable(d["panels"][0]), _crossable(d["panels"][-1]))
-        for d in result["data"]
-    ]
-    fewer = [label for label, base, prot in shares if prot < base]
+    fewer = [r.label for r in readings if r.fewer_crossable]
     lines.append(
         "\nA search with x1 protected can reach the other class only where the class changes "
         "along x2. In the drawn grid it does so in this share of the columns (x1 fixed), "
         "baseline against CT trained with x1 protected: "
-        + "; ".join(f"{label} {base:.0%} against {prot:.0%}" for label, base, prot in shares)
+        + "; ".join(
+            f"{r.label} {r.crossable[0]:.0%} against {r.crossable[1]:.0%}" for r in readings
+        )
         + f". Training with x1 protected left fewer columns crossable on {len(fewer)} of "
-        f"{len(shares)} data sets ({', '.join(fewer) or 'none'}). One seed's models: the "
+        f"{len(readings)} data sets ({', '.join(fewer) or 'none'}). One seed's models: the "
         "reproduction chapter's validity table counts the protected searches of three seeds "
         "beside the paper's."
     )
