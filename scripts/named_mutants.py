@@ -88,8 +88,8 @@ EDITS = (
     Edit(
         "no NaN guard on the input gradient",
         "cfbook/search/step.py",
-        "grad = torch.nan_to_num(grad, nan=0.0)",
-        "grad = grad",
+        "grad.nan_to_num_(nan=0.0)",
+        'grad.nan_to_num_(nan=float("nan"))',
         ("tests/test_generators.py",),
     ),
     Edit(

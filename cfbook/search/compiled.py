@@ -29,9 +29,23 @@ SETTINGS = {
     "skip_nnmodule_hook_guards": False,
 }
 
+# What a step writes back into its state's buffers.
+_UPDATED = ("x", "active", "nascent", "within", "iterations")
+
+
+def _step_in_place(
+    model: nn.Module, state: SearchState, phi: Tensor, scalars: Tensor, layout: StepLayout
+) -> None:
+    """``search_step`` with its results written into ``state``'s buffers: compiled, the update
+    writes them where it reads them, rather than into fresh pages each iteration."""
+    stepped = search_step(model, state, phi, scalars, layout)
+    for name in _UPDATED:
+        getattr(state, name).copy_(getattr(stepped, name))
+
+
 # One graph or none: a model that breaks the graph is searched eagerly, with a warning, rather
 # than partly compiled.
-_compiled = torch.compile(search_step, dynamic=True, fullgraph=True)
+_compiled = torch.compile(_step_in_place, dynamic=True, fullgraph=True)
 _failed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
@@ -52,12 +66,15 @@ def supported(model: nn.Module, x0: Tensor, amp: str | None) -> bool:
 def step(
     model: nn.Module, state: SearchState, phi: Tensor, scalars: Tensor, layout: StepLayout
 ) -> SearchState | None:
-    """``search_step`` compiled; None, with a warning, if ``model`` cannot be compiled (the
-    caller then steps eagerly, now and for every later search of this model). ``state`` must
-    hold at least two rows: one row would be specialised and compiled again."""
+    """``state`` one step later, by ``search_step`` compiled (in place: ``state``'s own
+    buffers, which must not be shared, hold the result); None, with a warning, if ``model``
+    cannot be compiled (the caller then steps eagerly, now and for every later search of this
+    model). ``state`` must hold at least two rows: one row would be specialised and compiled
+    again."""
     try:
         with torch._dynamo.config.patch(**SETTINGS):
-            return _compiled(model, state, phi, scalars, layout)
+            _compiled(model, state, phi, scalars, layout)
+        return state
     except Exception as err:  # noqa: BLE001 - any compiler failure means: step eagerly
         _failed.add(model)
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
