@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_SECONDS = 600.0
 # pytest's last line: "1,000 passed, 11 skipped, 3 warnings in 512.34s (0:08:32)"
 SUMMARY = re.compile(r"^=*\s*(?P<counts>.*?) in (?P<seconds>[\d.]+)s")
+# pytest --durations: "98.05s setup    tests/test_x.py::test_y"
+DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>call|setup|teardown)\s+(?P<test>\S+)$")
+SLOWEST = 10
 
 
 def _summary(output: str) -> tuple[str, float | None]:
@@ -48,7 +51,7 @@ def run(ctx: Context) -> list[Table]:
         ctx.log("test_command: bash scripts/test.sh on a clean clone")
         start = time.perf_counter()
         done = subprocess.run(
-            ["bash", "scripts/test.sh", "-q", "-p", "no:cacheprovider"],
+            ["bash", "scripts/test.sh", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}"],
             cwd=clone,
             capture_output=True,
             text=True,
@@ -81,4 +84,10 @@ def run(ctx: Context) -> list[Table]:
         "",
     )
     table.notes.append(f"exit status {done.returncode}; pytest: {counts}")
+    slowest = [m for line in done.stdout.splitlines() if (m := DURATION.match(line.strip()))]
+    if slowest:
+        table.notes.append(
+            "slowest: "
+            + "; ".join(f"{m['test']} ({m['phase']}) {float(m['seconds']):.0f} s" for m in slowest)
+        )
     return [table]

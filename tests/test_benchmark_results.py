@@ -223,3 +223,17 @@ def test_a_file_of_another_kind_is_refused_by_name(tmp_path, content):
     with pytest.raises(ValueError, match=f"{path}: not a benchmark results file of format 1"):
         load_results(path)
     assert load_results(tmp_path / "missing.json") == {}
+
+
+def test_the_test_command_benchmark_reads_pytest_s_summary_and_slowest_tests():
+    from benchmarks.test_command import DURATION, _summary
+
+    out = "x\n=== 946 passed, 7 skipped, 161 warnings in 687.19s (0:11:27) ===\n"
+    assert _summary(out) == ("946 passed, 7 skipped, 161 warnings", 687.19)
+    assert _summary("no summary here") == ("no pytest summary", None)
+    found = DURATION.match("98.05s setup    tests/test_x.py::test_y[a-b]")
+    assert (found["seconds"], found["phase"], found["test"]) == (
+        "98.05",
+        "setup",
+        "tests/test_x.py::test_y[a-b]",
+    )

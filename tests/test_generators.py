@@ -111,12 +111,24 @@ CASES = {
 
 
 # The convolutional model meets no one-hot groups: on its 0/1 group columns its probabilities
-# saturate and almost no search reaches its target, which would test nothing.
-MATRIX = [(k, c) for k in MODELS for c in CASES if not (k == "conv" and CASES[c][2])]
+# saturate and almost no search reaches its target, which would test nothing. The compiled
+# executor meets every layout with the MLP and the other models in two (each model and layout
+# is a compile of seconds).
+MATRIX = [
+    (compile, k, c)
+    for compile in (False, True)
+    for k in MODELS
+    for c in CASES
+    if not (k == "conv" and CASES[c][2])
+    and (not compile or k == "mlp" or c in ("free", "domain-mutability"))
+]
 
 
-@pytest.mark.parametrize(("kind", "case"), MATRIX, ids=[f"{k}-{c}" for k, c in MATRIX])
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize(
+    ("compile", "kind", "case"),
+    MATRIX,
+    ids=[f"{'compiled' if x else 'eager'}-{k}-{c}" for x, k, c in MATRIX],
+)
 def test_both_executors_agree_with_the_reference(monkeypatch, compile, kind, case):
     domain, mutability, mode, record, (compact_every, cf_batchsize), per_row = CASES[case]
     model = MODELS[kind]()

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 from cfbook.book.figures.reproduction import disagreements, summary
 from cfbook.commands.paper import main
 from cfbook.data import load_adult, load_moons
+from cfbook.paper import grid
 from cfbook.paper.agreement import binomial_se, count, level_agrees, reduction_agrees
 from cfbook.paper.files import Busy, locked
 from cfbook.paper.grid import (
@@ -758,3 +760,32 @@ def test_read_ridged_takes_each_shipped_ridge_variant_with_its_cells(tmp_path: P
     # Merged but without cells, or with cells but not merged: left out.
     assert list(read_ridged(tmp_path, {main: {"data": {}}})) == ["the main grid's weights"]
     assert read_ridged(tmp_path / "elsewhere", merged) == {}
+
+
+@pytest.mark.parametrize(
+    ("data", "scale", "compiled"),
+    [
+        ("mnist", Scale.paper(), True),
+        ("adult", Scale.paper(), True),
+        ("moons", Scale.paper(), False),
+        ("mnist", Scale.smoke(), False),
+    ],
+)
+def test_the_grid_compiles_the_searches_of_mnist_and_adult_at_the_papers_scale(
+    monkeypatch, tmp_path, data, scale, compiled
+):
+    """The shipped MNIST and Adult cells were searched compiled, the others eagerly; a smoke
+    cell's few steps never repay a compile."""
+
+    class Made(Exception):
+        pass
+
+    def made(**kwargs):
+        raise Made(kwargs["compile"])
+
+    monkeypatch.setattr(grid, "NativeGenerator", made)
+    fake = types.SimpleNamespace(x=torch.zeros(4, 3), y=torch.tensor([0, 1, 0, 1]))
+    cell = next(c for c in grid_cells(scale, [data]) if c.training == "full")
+    with pytest.raises(Made) as found:
+        run_cell(cell, scale, tmp_path, device=torch.device("cpu"), data=fake)
+    assert found.value.args == (compiled,)

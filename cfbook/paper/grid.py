@@ -70,7 +70,9 @@ ABLATION = ("energy", "adversarial")
 @dataclass(frozen=True)
 class Scale:
     """How much of the paper's grid to run: ``paper()`` is the paper's sizes with ``seeds``
-    seeds; ``smoke()`` shrinks epochs, data, counterfactuals and rounds to seconds per cell."""
+    seeds; ``smoke()`` shrinks epochs, data, counterfactuals and rounds to seconds per cell, and
+    searches eagerly (``compiled``: whether the data sets in ``COMPILED`` compile their training
+    searches; a smoke cell's few steps never repay a compile)."""
 
     seeds: int = 3
     epochs: int = EPOCHS
@@ -79,6 +81,7 @@ class Scale:
     max_nce: int | None = None
     max_individuals: int | None = None
     max_attack: int | None = None
+    compiled: bool = True
 
     @classmethod
     def paper(cls, seeds: int = 3) -> Scale:
@@ -86,7 +89,7 @@ class Scale:
 
     @classmethod
     def smoke(cls, seeds: int = 2) -> Scale:
-        return cls(seeds, 2, 4, 400, 100, 10, 200)
+        return cls(seeds, 2, 4, 400, 100, 10, 200, compiled=False)
 
 
 def _cap(value: int, cap: int | None) -> int:
@@ -282,7 +285,8 @@ def _train_cell(
         objective = _objective(cell.training, *config["lambdas"])
         # Whether the search runs compiled follows from the data set (COMPILED), so the stamp
         # need not name it; the log's meta records it with the search's settings.
-        generator = NativeGenerator(**config["search"], compile=cell.data in COMPILED)
+        compiled = scale.compiled and cell.data in COMPILED
+        generator = NativeGenerator(**config["search"], compile=compiled)
         mutability = data.protected_mutability if cell.training == "full_protected" else None
     start = time.perf_counter()
 
