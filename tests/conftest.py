@@ -150,3 +150,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
         if any("CUDA" in reason for reason in reasons):
             item.add_marker(pytest.mark.cuda)
+
+
+def hand_made_microscope(first_level: int, prob: float, valid: bool) -> dict:
+    """Two hand-made searches of an empty 28 x 28 image, as the microscope stores them: the
+    baseline's jumps in one step from ``first_level`` to a target probability ``prob`` (its
+    adversarial example is the factual), CT's takes three, leaving the epsilon box after one."""
+
+    def images(*levels: int) -> list[str]:
+        return [bytes([v] * 784).hex() for v in levels]
+
+    return {
+        "meta": {
+            "factual": 4,
+            "target": 9,
+            "index": 7,
+            "domain": [-1.0, 1.0],
+            "search": {"tau": 0.75, "epsilon": 0.3, "maxiter": 4},
+        },
+        "searches": {
+            "vanilla": {
+                "path": images(first_level, 200),
+                "target_prob": [0.1, prob, prob, prob, prob],
+                "distance": [0.0, 1.57, 1.57, 1.57, 1.57],
+                "counterfactual_at": 1,
+                "adversarial_at": 0,
+                "valid": valid,
+            },
+            "full": {
+                "path": images(0, 20, 60, 100),
+                "target_prob": [0.1, 0.2, 0.5, 0.8, 0.8],
+                "distance": [0.0, 0.16, 0.47, 0.78, 0.78],
+                "counterfactual_at": 3,
+                "adversarial_at": 1,
+                "valid": True,
+            },
+        },
+    }

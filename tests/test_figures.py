@@ -12,6 +12,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import hand_made_microscope
 
 from cfbook.book.benchmarks import benchmark_table
 from cfbook.book.figures.ablation import (
@@ -301,44 +302,8 @@ def test_the_seed_page_draws_each_objective_s_epochs_and_post_burn_in_mean():
     assert [s.x0 for s in shapes if s.x0 == s.x1] == [2, 2, 2]  # burn-in ends, every panel
 
 
-def _searches() -> dict:
-    """Two hand-made searches of an empty 28 x 28 image: the baseline's jumps in one step, CT's
-    takes three, leaving the epsilon box after one."""
-
-    def images(*levels: int) -> list[str]:
-        return [bytes([v] * 784).hex() for v in levels]
-
-    return {
-        "meta": {
-            "factual": 4,
-            "target": 9,
-            "index": 7,
-            "domain": [-1.0, 1.0],
-            "search": {"tau": 0.75, "epsilon": 0.3, "maxiter": 4},
-        },
-        "searches": {
-            "vanilla": {
-                "path": images(0, 200),
-                "target_prob": [0.1, 0.9, 0.9, 0.9, 0.9],
-                "distance": [0.0, 1.57, 1.57, 1.57, 1.57],
-                "counterfactual_at": 1,
-                "adversarial_at": 0,
-                "valid": True,
-            },
-            "full": {
-                "path": images(0, 20, 60, 100),
-                "target_prob": [0.1, 0.2, 0.5, 0.8, 0.8],
-                "distance": [0.0, 0.16, 0.47, 0.78, 0.78],
-                "counterfactual_at": 3,
-                "adversarial_at": 1,
-                "valid": True,
-            },
-        },
-    }
-
-
 def test_the_microscope_s_frames_move_every_panel_through_the_iterates():
-    fig = microscope_figure(_searches())
+    fig = microscope_figure(hand_made_microscope(0, 0.9, True))
     assert len(fig.frames) == 5 and fig.layout.sliders[0].active == 4  # opens on the end
     first, last = fig.frames[0].data, fig.frames[-1].data
     # Each model's iterate and change (baseline first), then both curves' points per model.
@@ -354,7 +319,7 @@ def test_the_microscope_s_frames_move_every_panel_through_the_iterates():
 
 
 def test_the_microscope_curves_run_two_steps_past_the_later_stop_and_mark_both_points():
-    result = _searches()
+    result = hand_made_microscope(0, 0.9, True)
     result["searches"]["vanilla"]["path"] = [bytes([v] * 784).hex() for v in (10, 200)]
     for s in result["searches"].values():  # eight steps recorded: the figure shows five
         s["target_prob"] += [s["target_prob"][-1]] * 3
@@ -619,6 +584,6 @@ def test_show_embeds_a_figure_without_plotly_js_under_a_stable_id(monkeypatch):
     assert "Plotly.newPlot" in html and "<html" not in html and len(html) < 100_000
     assert re.search(r'id="cfbook-[0-9a-f]{12}"', html) and shown[1] == shown[0]
     json.dumps(shown[0]["application/vnd.plotly.v1+json"])
-    show(microscope_figure(_searches()))
+    show(microscope_figure(hand_made_microscope(0, 0.9, True)))
     assert "frames" in shown[2]["application/vnd.plotly.v1+json"]
     assert "Plotly.animate" not in shown[2]["text/html"]

@@ -170,7 +170,6 @@ def test_the_measures_are_the_registrys_in_its_order(toy):
     keys = ["validity", "cost", "ip", "ip_star_2", "ip_star_0.3"]
     assert list(out["per_round"]["ct"]) == [m.key for m in protocol.measures()] == keys
     assert list(out["by_weight"]["ct"][0]) == ["energy_weight", *keys]
-    assert [m.lower_is_better for m in protocol.measures()] == [False, True, True, True, True]
     assert [m.valid_only for m in protocol.measures()] == [False, True, True, True, True]
     # The tables compare IP, IP* at the first length scale (or at each) and cost, in that order.
     assert [m.key for m in compared_measures((2, 0.3))] == ["ip", "ip_star_2", "cost"]
@@ -262,6 +261,19 @@ def test_two_copies_of_one_model_meet_the_same_reference_points_in_every_run(toy
         assert ct[key] == baseline[key]
 
 
+class Points:
+    """Reference points given per class as (IP's points, IP*'s points)."""
+
+    def __init__(self, points: dict[int, tuple[torch.Tensor, torch.Tensor]]):
+        self._points = points
+
+    def near(self, c: int) -> torch.Tensor:
+        return self._points[c][0]
+
+    def sample(self, c: int) -> torch.Tensor:
+        return self._points[c][1]
+
+
 def test_one_runs_measures_number_by_number():
     # Five individuals, two features. Valid: rows 0, 1, 2, 4 (targets 1, 1, 0, 1); row 3 is not.
     x0 = torch.tensor([[0.0, 0.0], [1.0, 0.0], [4.0, 4.0], [9.0, 9.0], [2.0, 0.0]])
@@ -272,7 +284,7 @@ def test_one_runs_measures_number_by_number():
     zero = torch.tensor([[0.0, 0.0]])  # one point: IP but no IP* for class 0
     references = {0: (zero, zero), 1: (ones[:2], ones)}
     protocol = replace(PaperProtocol(), length_scales=(1.0,))
-    got = _run_measures(x0, cf, valid, target, references, protocol, torch.Generator())
+    got = _run_measures(x0, cf, valid, target, Points(references), protocol, torch.Generator())
     assert got["validity"] == pytest.approx(0.8)
     assert got["cost"] == pytest.approx((3 + 3 + 4 + 3) / 4)  # the invalid row left out
     # IP, each valid counterfactual's mean L1 to its target class's points: row 0 to (3, 0) and
@@ -281,11 +293,13 @@ def test_one_runs_measures_number_by_number():
     # IP*: class 1 only, all three of its valid counterfactuals against its three points.
     assert got["ip_star_1"] == pytest.approx(ip_star(cf[[0, 1, 4]], ones, 1.0))
     # Nothing valid: validity 0 and no other measure.
-    none = _run_measures(x0, cf, valid & False, target, references, protocol, torch.Generator())
+    none = _run_measures(
+        x0, cf, valid & False, target, Points(references), protocol, torch.Generator()
+    )
     assert none == {"validity": 0.0, "cost": None, "ip": None, "ip_star_1": None}
     # Two valid counterfactuals of a class are enough for its IP*.
     two = valid & (torch.arange(5) != 4)
-    got = _run_measures(x0, cf, two, target, references, protocol, torch.Generator())
+    got = _run_measures(x0, cf, two, target, Points(references), protocol, torch.Generator())
     assert got["ip_star_1"] == pytest.approx(ip_star(cf[:2], ones, 1.0))
 
 
@@ -296,7 +310,9 @@ def test_ip_star_is_measured_at_each_of_the_protocols_length_scales():
     ones = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
     protocol = replace(PaperProtocol(), length_scales=(1.0, 3.0))
     valid, target = torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.long)
-    got = _run_measures(cf, cf, valid, target, {1: (ones, ones)}, protocol, torch.Generator())
+    got = _run_measures(
+        cf, cf, valid, target, Points({1: (ones, ones)}), protocol, torch.Generator()
+    )
     assert got["ip_star_1"] == pytest.approx(ip_star(cf, ones, 1.0))
     assert got["ip_star_3"] == pytest.approx(ip_star(cf, ones, 3.0))
     median = mmd2(cf, ones)
@@ -370,10 +386,10 @@ def test_ip_star_averages_the_classes_that_have_two_points_a_side():
     zeros, ones = torch.tensor([[0.0, 0.0], [0.0, 1.0]]), torch.tensor([[4.0, 4.0], [4.0, 6.0]])
     protocol = replace(PaperProtocol(), length_scales=(1.0,))
     one_point = {0: (zeros, zeros), 1: (ones[:1], ones[:1])}
-    got = _run_measures(cf, cf, valid, target, one_point, protocol, torch.Generator())
+    got = _run_measures(cf, cf, valid, target, Points(one_point), protocol, torch.Generator())
     assert got["ip_star_1"] == pytest.approx(ip_star(cf[:2], zeros, 1.0))
     both = {0: (zeros, zeros), 1: (ones, ones)}
-    got = _run_measures(cf, cf, valid, target, both, protocol, torch.Generator())
+    got = _run_measures(cf, cf, valid, target, Points(both), protocol, torch.Generator())
     expected = (ip_star(cf[:2], zeros, 1.0) + ip_star(cf[2:], ones, 1.0)) / 2
     assert min(ip_star(cf[:2], zeros, 1.0), ip_star(cf[2:], ones, 1.0)) > 0.05
     assert got["ip_star_1"] == pytest.approx(expected)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from statistics import fmean, pstdev
 
 import pytest
+from conftest import hand_made_microscope
 
 from cfbook.book.figures.ablation import (
     Half,
@@ -618,44 +619,8 @@ def test_ig_differences_are_taken_in_double_precision():
 # --- one search under the microscope -------------------------------------------------------------
 
 
-def _microscope() -> dict:
-    """Two hand-made searches of an empty 28 x 28 image: the baseline's jumps in one step (its
-    adversarial example is the factual), CT's takes three, leaving the epsilon box after one."""
-
-    def images(*levels: int) -> list[str]:
-        return [bytes([v] * 784).hex() for v in levels]
-
-    return {
-        "meta": {
-            "factual": 4,
-            "target": 9,
-            "index": 7,
-            "domain": [-1.0, 1.0],
-            "search": {"tau": 0.75, "epsilon": 0.3, "maxiter": 4},
-        },
-        "searches": {
-            "vanilla": {
-                "path": images(10, 200),
-                "target_prob": [0.1, 0.6, 0.6, 0.6, 0.6],
-                "distance": [0.0, 1.57, 1.57, 1.57, 1.57],
-                "counterfactual_at": 1,
-                "adversarial_at": 0,
-                "valid": False,
-            },
-            "full": {
-                "path": images(0, 20, 60, 100),
-                "target_prob": [0.1, 0.2, 0.5, 0.8, 0.8],
-                "distance": [0.0, 0.16, 0.47, 0.78, 0.78],
-                "counterfactual_at": 3,
-                "adversarial_at": 1,
-                "valid": True,
-            },
-        },
-    }
-
-
 def test_the_microscope_reads_where_each_search_stopped_and_took_its_adversarial_example():
-    result = _microscope()
+    result = hand_made_microscope(10, 0.6, False)
     baseline, ct = microscope_searches(result).values()
     assert (baseline.valid, baseline.stop, baseline.target_prob) == (False, 1, 0.6)
     assert baseline.adversarial is Adversarial.FACTUAL  # the first step left the box

@@ -1,8 +1,8 @@
 """The measures of the paper's protocol in one registry: each measure's key in the result files,
-its label in tables, which way is better, whether it is taken over the valid counterfactuals
-only, and the function that computes it from one run. The protocol computes and writes them in
-``protocol_measures``' order; the merge, the book's report and its figures take the measures
-they compare from ``compared_measures``, so that a measure is named in one place."""
+its label in tables, whether it is taken over the valid counterfactuals only, and the function
+that computes it from one run. The protocol computes and writes them in ``protocol_measures``'
+order; the merge, the book's report and its figures take the measures they compare from
+``compared_measures``, so that a measure is named in one place."""
 
 from __future__ import annotations
 
@@ -80,13 +80,12 @@ class Run:
 
 @dataclass(frozen=True)
 class Measure:
-    """One measure: its ``key`` in the results, its ``label`` in tables, whether lower is
-    better, whether it is taken over the valid counterfactuals only (None for a run without
-    any), and ``compute``, its value for one run."""
+    """One measure: its ``key`` in the results, its ``label`` in tables, whether it is taken over
+    the valid counterfactuals only (None for a run without any), and ``compute``, its value for
+    one run."""
 
     key: str
     label: str
-    lower_is_better: bool
     valid_only: bool
     compute: Callable[[Run], float | None]
 
@@ -122,9 +121,9 @@ def _ip(run: Run) -> float | None:
     return total / count if count else None
 
 
-VALIDITY = Measure("validity", "validity", False, False, _validity)
-COST = Measure("cost", "cost", True, True, _cost)
-IP = Measure("ip", "IP", True, True, _ip)
+VALIDITY = Measure("validity", "validity", False, _validity)
+COST = Measure("cost", "cost", True, _cost)
+IP = Measure("ip", "IP", True, _ip)
 
 
 def ip_star_key(length_scale: float) -> str:
@@ -134,9 +133,7 @@ def ip_star_key(length_scale: float) -> str:
 
 def ip_star(length_scale: float) -> Measure:
     """IP* at one kernel length scale."""
-    return Measure(
-        ip_star_key(length_scale), "IP*", True, True, lambda run: run.stars[length_scale]
-    )
+    return Measure(ip_star_key(length_scale), "IP*", True, lambda run: run.stars[length_scale])
 
 
 def protocol_measures(length_scales: tuple[float, ...] = LENGTH_SCALES) -> tuple[Measure, ...]:

@@ -21,7 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cfbook.evaluation.measures import LENGTH_SCALES, Measure, Run, protocol_measures
+from cfbook.evaluation.measures import (
+    LENGTH_SCALES,
+    Measure,
+    References,
+    Run,
+    protocol_measures,
+)
 from cfbook.evaluation.metrics import is_valid, predict
 from cfbook.evaluation.rounds import draw_individuals, draw_rows
 from cfbook.evaluation.statistics import mean_of
@@ -129,19 +135,6 @@ class _References:
         return m[self._order[c].to(m.device)[: self._sizes[1]]]
 
 
-class _Given:
-    """Reference points given as a mapping of each class to (IP's points, IP*'s points)."""
-
-    def __init__(self, points: Mapping[int, tuple[Tensor, Tensor]]):
-        self._points = points
-
-    def near(self, c: int) -> Tensor:
-        return self._points[c][0]
-
-    def sample(self, c: int) -> Tensor:
-        return self._points[c][1]
-
-
 class _WholeClasses:
     """L1 distances from one search's valid counterfactuals to every test point of their target
     class, one matrix per class: a run's IP selects its rows and, in its own reference order,
@@ -197,7 +190,7 @@ def _run_measures(
     cf: Tensor,
     valid: Tensor,
     target: Tensor,
-    references: Mapping[int, tuple[Tensor, Tensor]] | _References,
+    references: References,
     protocol: PaperProtocol,
     rng: torch.Generator,
     whole: _WholeClasses | None = None,
@@ -205,19 +198,18 @@ def _run_measures(
     """The protocol's measures of one run of one model at one energy weight
     (``PaperProtocol.measures``): validity over all its individuals, the others over the valid
     counterfactuals (None when there are none). ``references``: the run's reference points of
-    each target class, as ``_References`` or as a mapping to (IP's, IP*'s); ``whole`` (with
-    ``_References``): the distances already computed for the classes it holds."""
-    points = references if isinstance(references, _References) else _Given(references)
+    each target class; ``whole`` (with ``_References``): the distances already computed for the
+    classes it holds."""
     run = Run(
         x0,
         cf,
         valid,
         target,
-        points,
+        references,
         protocol.mmd_samples,
         protocol.length_scales,
         rng,
-        None if whole is None else lambda c, rows: whole.distances(c, rows, points),
+        None if whole is None else lambda c, rows: whole.distances(c, rows, references),
     )
     return {m.key: m.of(run) for m in protocol.measures()}
 

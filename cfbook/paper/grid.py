@@ -283,8 +283,8 @@ def _train_cell(
         objective, generator, mutability = VanillaObjective(), NativeGenerator(), None
     else:
         objective = _objective(cell.training, *config["lambdas"])
-        # Whether the search runs compiled follows from the data set (COMPILED), so the stamp
-        # need not name it; the log's meta records it with the search's settings.
+        # Whether the search runs compiled follows from the data set (COMPILED) and the scale
+        # (a smoke grid searches eagerly); the log's meta records it with the search's settings.
         compiled = scale.compiled and cell.data in COMPILED
         generator = NativeGenerator(**config["search"], compile=compiled)
         mutability = data.protected_mutability if cell.training == "full_protected" else None

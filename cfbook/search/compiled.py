@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.errors import warn
-from cfbook.search.step import SearchState, StepLayout, search_step
+from cfbook.search.step import RESULTS, SearchState, StepLayout, search_step
 
 # Each model architecture and constraint layout is one entry of torch.compile's cache for
 # search_step; past its limit torch would run the step eagerly without a word, so a search
@@ -29,9 +29,6 @@ SETTINGS = {
     "skip_nnmodule_hook_guards": False,
 }
 
-# What a step writes back into its state's buffers.
-_UPDATED = ("x", "active", "nascent", "within", "iterations")
-
 
 def _step_in_place(
     model: nn.Module, state: SearchState, phi: Tensor, scalars: Tensor, layout: StepLayout
@@ -39,7 +36,7 @@ def _step_in_place(
     """``search_step`` with its results written into ``state``'s buffers: compiled, the update
     writes them where it reads them, rather than into fresh pages each iteration."""
     stepped = search_step(model, state, phi, scalars, layout)
-    for name in _UPDATED:
+    for name in RESULTS:
         getattr(state, name).copy_(getattr(stepped, name))
 
 

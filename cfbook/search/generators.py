@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor, nn
 
-from cfbook.amp import FP16_GRAD_SCALE, autocast, check_amp
+from cfbook.amp import autocast, check_amp
 from cfbook.inputs import (
     check_features,
     check_labels,
@@ -35,6 +35,7 @@ from cfbook.search.constraints import (
 from cfbook.search.interface import CounterfactualResult, Generator
 from cfbook.search.step import (
     ENERGY_RIDGE,
+    RESULTS,
     SearchState,
     StepLayout,
     reached,
@@ -310,7 +311,6 @@ class NativeGenerator(SearchParameters):
             frozen=self.frozen,
             with_cost=self.lambda_cost != 0,
             amp=self.amp,
-            grad_scale=FP16_GRAD_SCALE if self.amp == "fp16" else 1.0,
         )
 
     def _search(
@@ -330,7 +330,7 @@ class NativeGenerator(SearchParameters):
         ]
         state = SearchState.start(x0, target, layout, self.epsilon, energy)
         # Every row's results: rows that leave the batch at a compaction point are written here.
-        done = replace(state, **{name: getattr(state, name).clone() for name in _RESULTS})
+        done = replace(state, **{name: getattr(state, name).clone() for name in RESULTS})
         compact_at = set() if record else set(self.compaction_points())
         path = [x0.clone()] if record else None
         for t in range(self.maxiter):
@@ -377,13 +377,9 @@ class NativeGenerator(SearchParameters):
         return [t for t in range(1, self.maxiter) if t in (1, 2, 4) or t % self.compact_every == 0]
 
 
-# What compaction writes back; the rest of a search's state does not change.
-_RESULTS = ("x", "active", "nascent", "within", "iterations")
-
-
 def _write_back(done: SearchState, state: SearchState) -> None:
     """Copy the rows of ``state`` into the chunk's results ``done``, at their places."""
-    for name in _RESULTS:
+    for name in RESULTS:
         getattr(done, name)[state.rows] = getattr(state, name)
 
 

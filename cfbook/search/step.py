@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from cfbook.amp import autocast
+from cfbook.amp import FP16_GRAD_SCALE, autocast
 from cfbook.search.constraints import CategoricalCode
 
 # Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
@@ -33,8 +33,8 @@ class StepLayout:
     """What every iteration of one search shares besides its rows: the domain's bounds, the
     mutability as per-feature bounds on the step (0 where a direction is forbidden, infinite
     elsewhere), the one-hot groups and how the state passes their decoding, whether there is a
-    cost term, and the autocast precision with its gradient scale (fp16: logit gradients are
-    scaled up before the backward pass)."""
+    cost term, and the autocast precision (fp16: logit gradients are scaled up by
+    ``FP16_GRAD_SCALE`` before the backward pass)."""
 
     bounds: tuple[Tensor, Tensor] | None = None
     step_bounds: tuple[Tensor, Tensor] | None = None
@@ -42,7 +42,6 @@ class StepLayout:
     frozen: bool = True
     with_cost: bool = True
     amp: str | None = None
-    grad_scale: float = 1.0
 
     def decode(self, x: Tensor) -> Tensor:
         """``x`` with its one-hot groups decoded; ``x`` itself when there are none."""
@@ -110,6 +109,10 @@ class SearchState:
         return torch.where(self.within[:, None], layout.decode(self.x), self.nascent)
 
 
+# What a step changes in a search's state; the rest stays as the search started.
+RESULTS = ("x", "active", "nascent", "within", "iterations")
+
+
 def reached(probs: Tensor, target: Tensor, tau: float | Tensor) -> Tensor:
     """Rows whose target probability has reached ``tau``; a NaN probability never has (as in
     CT.jl, where ``p >= tau`` is false for NaN)."""
@@ -148,9 +151,9 @@ def search_step(
     probs = logits.softmax(1)
     still = state.active & ~reached(probs, target, tau)
     dlogits = logit_gradient(logits, probs, target, phi)
-    if layout.grad_scale != 1.0:
-        (grad,) = pullback(dlogits * layout.grad_scale)
-        grad = grad.to(x.dtype) / layout.grad_scale
+    if layout.amp == "fp16":
+        (grad,) = pullback(dlogits * FP16_GRAD_SCALE)
+        grad = grad.to(x.dtype) / FP16_GRAD_SCALE
     else:
         (grad,) = pullback(dlogits)
         grad = grad.to(x.dtype)
