@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -47,36 +47,67 @@ class Visit:
     problems: list[str] = field(default_factory=list)
 
 
+class Tab:
+    """A browser tab that opens pages in turn and collects each page's console errors, page
+    errors, failed or non-local requests and HTTP errors; ``expected`` names problems that are
+    known and accepted."""
+
+    def __init__(
+        self, page: Page, base: str, expected: Callable[[str], bool] | None = None
+    ) -> None:
+        self.page, self.base, self.expected = page, base, expected
+        self.visit = Visit(page)
+        page.on("pageerror", lambda error: self._report(f"page error: {error}"))
+        page.on("requestfailed", lambda request: self._report(f"failed: {request.url}"))
+        page.on("console", self._on_console)
+        page.on("request", self._on_request)
+        page.on("response", self._on_response)
+
+    def open(self, page_path: str) -> Visit:
+        """Load ``base/page_path``; its problems go to the returned ``Visit``."""
+        self.visit = Visit(self.page)
+        self.page.goto(f"{self.base}/{page_path}", wait_until="load")
+        return self.visit
+
+    def _report(self, problem: str) -> None:
+        if self.expected is None or not self.expected(problem):
+            self.visit.problems.append(problem)
+
+    def _on_console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self._report(f"console error: {message.text}")
+
+    def _on_request(self, request: Request) -> None:
+        if not request.url.startswith((self.base + "/", "data:", "blob:", "about:")):
+            self._report(f"request leaving the machine: {request.url}")
+
+    def _on_response(self, response: Response) -> None:
+        if response.status >= 400:
+            self._report(f"HTTP {response.status}: {response.url}")
+
+
+def visits(
+    browser: Browser,
+    base: str,
+    page_paths: Iterable[str],
+    *,
+    expected: Callable[[str], bool] | None = None,
+) -> Iterator[Visit]:
+    """Each page of ``page_paths`` in turn, in one tab, as a reader clicking through (a fresh tab
+    per page would start a renderer and parse plotly.js again each time)."""
+    tab = Tab(browser.new_page(), base, expected)
+    try:
+        for page_path in page_paths:
+            yield tab.open(page_path)
+    finally:
+        tab.page.close()
+
+
 def open_page(
     browser: Browser, base: str, page_path: str, *, expected: Callable[[str], bool] | None = None
 ) -> Visit:
-    """Load ``base/page_path`` and collect console errors, page errors, failed or non-local
-    requests and HTTP errors; ``expected`` names problems that are known and accepted."""
-    visit = Visit(browser.new_page())
-
-    def report(problem: str) -> None:
-        if expected is None or not expected(problem):
-            visit.problems.append(problem)
-
-    def on_console(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            report(f"console error: {message.text}")
-
-    def on_request(request: Request) -> None:
-        if not request.url.startswith((base + "/", "data:", "blob:", "about:")):
-            report(f"request leaving the machine: {request.url}")
-
-    def on_response(response: Response) -> None:
-        if response.status >= 400:
-            report(f"HTTP {response.status}: {response.url}")
-
-    visit.page.on("pageerror", lambda error: report(f"page error: {error}"))
-    visit.page.on("requestfailed", lambda request: report(f"failed: {request.url}"))
-    visit.page.on("console", on_console)
-    visit.page.on("request", on_request)
-    visit.page.on("response", on_response)
-    visit.page.goto(f"{base}/{page_path}", wait_until="load")
-    return visit
+    """One page in a tab of its own (close ``Visit.page`` when done)."""
+    return Tab(browser.new_page(), base, expected).open(page_path)
 
 
 def drawn_figures(page: Page) -> int:

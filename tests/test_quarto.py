@@ -29,6 +29,7 @@ from sitecheck import (
     page_ids,
     page_links,
     serve,
+    visits,
 )
 
 from cfbook.book.site.build import PLOTLY_JS
@@ -261,8 +262,9 @@ def test_quarto_pages_over_http_load_draw_link_and_caption_cleanly(
     equations, has no dead link, and shows the API rather than the chapters' machinery."""
     links, ids, code, numbers = {}, {}, {}, {}
     figures = equations = 0
-    for page, notebook in _pages(fresh_clone):
-        visit = open_page(browser, quarto_site, page)
+    pages = _pages(fresh_clone)
+    walk = visits(browser, quarto_site, [page for page, _ in pages])
+    for (page, notebook), visit in zip(pages, walk, strict=True):
         drawn = drawn_figures(visit.page)
         assert drawn == notebook_figures(notebook), page
         figures += drawn
@@ -279,7 +281,6 @@ def test_quarto_pages_over_http_load_draw_link_and_caption_cleanly(
         links[page], ids[page] = page_links(visit.page), page_ids(visit.page)
         visit.page.wait_for_timeout(300)  # let late scripts report their errors
         assert visit.problems == [], f"{page}: {visit.problems}"
-        visit.page.close()
     assert figures >= 10  # the check saw real figures
     assert equations >= 40  # the preface's method and the training chapter's loss
     assert dead_links(links, quarto_site, fresh_clone / "_site", ids) == []
@@ -332,12 +333,12 @@ def test_quarto_pages_from_disk_draw_their_figures_offline(
     browser: Browser, fresh_clone: Path
 ) -> None:
     base = (fresh_clone / "_site").as_uri()
-    for page, notebook in _pages(fresh_clone):
-        visit = open_page(browser, base, page, expected=_blocked_module)
+    pages = _pages(fresh_clone)
+    walk = visits(browser, base, [page for page, _ in pages], expected=_blocked_module)
+    for (page, notebook), visit in zip(pages, walk, strict=True):
         assert drawn_figures(visit.page) == notebook_figures(notebook), page
         visit.page.wait_for_timeout(300)
         assert visit.problems == [], f"{page}: {visit.problems}"
-        visit.page.close()
 
 
 @pytest.mark.slow

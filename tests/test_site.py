@@ -12,7 +12,7 @@ import nbformat
 import pytest
 import yaml
 from conftest import REPO, SmokeBook
-from sitecheck import dead_links, drawn_figures, notebook_figures, open_page, page_links, serve
+from sitecheck import dead_links, drawn_figures, notebook_figures, page_links, serve, visits
 
 from cfbook.book.site.build import PLOTLY_JS, build_site
 from cfbook.book.site.nbconvert import chapter_title
@@ -175,8 +175,8 @@ def test_every_nbconvert_page_loads_draws_and_links_cleanly(
     book = read_book(REPO)
     pages = [chapter.with_suffix(".html").as_posix() for chapter in book.chapters]
     links, following = {}, []
-    for chapter, page in zip(book.chapters, pages, strict=True):
-        visit = open_page(browser, nbconvert_base, page)
+    walk = visits(browser, nbconvert_base, pages)
+    for chapter, page, visit in zip(book.chapters, pages, walk, strict=True):
         figures = drawn_figures(visit.page)
         assert figures == notebook_figures(smoke_book.build_dir / chapter), page
         assert visit.page.locator("nav.cfbook-sidebar li a").count() == len(book.chapters)
@@ -193,7 +193,6 @@ def test_every_nbconvert_page_loads_draws_and_links_cleanly(
         )
         visit.page.wait_for_timeout(200)  # let late scripts report their errors
         assert visit.problems == [], f"{page}: {visit.problems}"
-        visit.page.close()
     assert dead_links(links, nbconvert_base, nbconvert_site, {}) == []
     assert following == [f"{nbconvert_base}/{page}" for page in pages[1:]]
 

@@ -11,7 +11,9 @@ float rounding. The private torch settings the search needs live here and nowher
 
 from __future__ import annotations
 
+import functools
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -40,9 +42,15 @@ def _step_in_place(
         getattr(state, name).copy_(getattr(stepped, name))
 
 
-# One graph or none: a model that breaks the graph is searched eagerly, with a warning, rather
-# than partly compiled.
-_compiled = torch.compile(_step_in_place, dynamic=True, fullgraph=True)
+@functools.cache
+def _compiled() -> Callable[..., None]:
+    """``_step_in_place`` under ``torch.compile``, made on first use: ``torch.compile`` imports
+    the compiler stack, which would otherwise add a second to every ``import cfbook``. One graph
+    or none: a model that breaks the graph is searched eagerly, with a warning, rather than
+    partly compiled."""
+    return torch.compile(_step_in_place, dynamic=True, fullgraph=True)
+
+
 _failed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
@@ -70,7 +78,7 @@ def step(
     again."""
     try:
         with torch._dynamo.config.patch(**SETTINGS):
-            _compiled(model, state, phi, scalars, layout)
+            _compiled()(model, state, phi, scalars, layout)
         return state
     except Exception as err:  # noqa: BLE001 - any compiler failure means: step eagerly
         _failed.add(model)
