@@ -45,7 +45,7 @@ def _step_in_place(
 @functools.cache
 def _compiled() -> Callable[..., None]:
     """``_step_in_place`` under ``torch.compile``, made on first use: ``torch.compile`` imports
-    the compiler stack, which would otherwise add a second to every ``import cfbook``. One graph
+    the compiler stack, which would otherwise slow every ``import cfbook``. One graph
     or none: a model that breaks the graph is searched eagerly, with a warning, rather than
     partly compiled."""
     return torch.compile(_step_in_place, dynamic=True, fullgraph=True)
