@@ -382,7 +382,7 @@ def test_quarto_pages_fit_a_desktop_and_a_phone(
     wide = []
     for path in pages:
         page.goto(f"{quarto_site}/{path}")
-        page.wait_for_timeout(300)
+        drawn_figures(page)  # measured once the figures are laid out
         scroll, inner = page.evaluate(
             "() => [document.documentElement.scrollWidth, window.innerWidth]"
         )
