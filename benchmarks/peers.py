@@ -81,11 +81,14 @@ def measure(
     ctx: Context, side: str, problem: Path, n: int, steps: int, cache: str | None = None
 ) -> dict[str, Any]:
     """One measurement in a fresh process: its first call and the median of the later ones.
-    ``side``: "relax", "eager" or "compiled"; ``cache``: inductor's on-disk cache folder (a
-    fresh one makes a cold compile)."""
-    library = "relax" if side == "relax" else "cfbook"
+    ``side``: "relax", "eager" or "compiled", or "relax products" or "torch products" (one
+    step's first-layer products alone); ``cache``: inductor's on-disk cache folder (a fresh one
+    makes a cold compile)."""
+    library = "relax" if side.startswith("relax") else "cfbook"
     command = [sys.executable, "-m", "benchmarks.peer_side", library, str(problem)]
     command += ["--n", str(n), "--steps", str(steps)]
+    if side.endswith("products"):
+        command.append("--products")
     command += ["--repeats", str(ctx.sizes.max_repeats), "--budget", str(ctx.sizes.budget_s)]
     command += ["--threads", str(torch.get_num_threads())]
     if side == "compiled":
@@ -193,6 +196,12 @@ def run(ctx: Context) -> list[Table]:
             "steps per row (eager / compiled)",
         ],
     )
+    products = Table(
+        "Milliseconds per step: the first layer's two matrix products alone (x W1^T and g W1), "
+        "and the rest of a step at 100 steps; ratio: torch / XLA",
+        ["N", "XLA", "torch", "ratio", "rest of a step: ReLax", "cfbook compiled"],
+    )
+    per_step: dict[int, dict[str, float]] = {}
     targets = Table("Targets", ["target", "measured", "status"])
     with tempfile.TemporaryDirectory() as tmp:
         problem = Path(tmp) / "problem.npz"
@@ -229,12 +238,38 @@ def run(ctx: Context) -> list[Table]:
                     fmt_ratio(compiled["first"] / relax["first"]),
                     f"{eager['mean_steps']:.1f} / {compiled['mean_steps']:.1f}",
                 )
+                if steps == max(step_counts):
+                    per_step[n] = {
+                        "relax": relax["median"] / steps,
+                        "compiled": compiled["median"] / steps,
+                    }
                 if n in TARGET_ROWS:
                     targets.add(
                         f"compiled, after its first call, <= {TARGET:.1f}x ReLax ({key} steps)",
                         fmt_ratio(ratio),
                         check(ratio <= TARGET),
                     )
+        for n in rows:
+            runs = {"relax products": [], "torch products": []}
+            for r in range(rounds):
+                for name in list(runs) if r % 2 == 0 else reversed(runs):
+                    runs[name].append(measure(ctx, name, problem, n, 1))
+            xla, aten = (combined(runs[name])["median"] for name in runs)
+            products.add(
+                f"{n:,}",
+                fmt_seconds(xla),
+                fmt_seconds(aten),
+                fmt_ratio(aten / xla),
+                fmt_seconds(per_step[n]["relax"] - xla),
+                fmt_seconds(per_step[n]["compiled"] - aten),
+            )
+    products.notes.append(
+        "Each side in a fresh process per round, as above: XLA under jax.jit (ReLax's side), "
+        "torch's matrix product (cfbook's, eager and compiled alike) with the run's threads; "
+        "the first layer's weights (32 x 784) times N digits, and N rows of a 32-wide gradient "
+        "times them. Rest of a step: the search's time per step at the most steps measured, "
+        "less these products (the second layer, the loss, the update and the bookkeeping)."
+    )
     speed.notes.append(
         "Same MLP weights (784-32-10), digits and targets on both sides, each side in a fresh "
         "process per round (torch with the run's thread count, XLA with its default pool over "
@@ -260,4 +295,4 @@ def run(ctx: Context) -> list[Table]:
         "later run (the median over the rounds). Steps per row: the mean number of steps the "
         "rows took, which tau = 1.0 makes the given number."
     )
-    return [speed, first, *([before] if before else []), targets]
+    return [speed, first, products, *([before] if before else []), targets]

@@ -145,6 +145,8 @@ def test_the_tables_hold_both_executors_the_first_calls_and_the_target(monkeypat
         "relax": {100: (0.4, 0.004), 1000: (0.5, 0.020)},
         "eager": {100: (0.01, 0.006), 1000: (0.04, 0.030)},
         "compiled": {100: (2.0, 0.003), 1000: (2.5, 0.022)},
+        "relax products": {100: (0.1, 0.0001), 1000: (0.1, 0.0010)},
+        "torch products": {100: (0.1, 0.0002), 1000: (0.1, 0.0015)},
     }
     calls = []
 
@@ -159,10 +161,18 @@ def test_the_tables_hold_both_executors_the_first_calls_and_the_target(monkeypat
     monkeypatch.setattr(peers, "write_problem", lambda ctx, n, path: None)
     monkeypatch.setattr(peers, "measure", fake_measure)
     monkeypatch.setattr(peers, "benchmark_record", lambda name, kind: _old_record())
-    speed, first, before, targets = peers.run(_context())
+    speed, first, products, before, targets = peers.run(_context())
 
-    # Per size: the cold compile first, in a fresh cache folder, then the warm one on it.
-    assert [c[0] for c in calls] == ["compiled", "relax", "eager", "compiled"] * 2
+    # Per size: the cold compile first, in a fresh cache folder, then the warm one on it; then
+    # the products of each size, one step each.
+    searches = [c for c in calls if not c[0].endswith("products")]
+    assert [c[0] for c in searches] == ["compiled", "relax", "eager", "compiled"] * 2
+    assert [(c[0], c[1], c[2]) for c in calls[len(searches) :]] == [
+        ("relax products", 100, 1),
+        ("torch products", 100, 1),
+        ("relax products", 1000, 1),
+        ("torch products", 1000, 1),
+    ]
     assert calls[0][3] is not None and calls[3][3] == calls[0][3] and calls[1][3] is None
     text = [[c["text"] for c in row] for row in speed.rows]
     assert text == [
@@ -180,6 +190,11 @@ def test_the_tables_hold_both_executors_the_first_calls_and_the_target(monkeypat
         "2.50 s",
         "5.00x",
         "10.0 / 10.0",
+    ]
+    # The rest of a step: the search's time per step (10 steps) less the products.
+    assert [[c["text"] for c in row] for row in products.rows] == [
+        ["100", "100 µs", "200 µs", "2.00x", "300 µs", "100 µs"],
+        ["1,000", "1.0 ms", "1.5 ms", "1.50x", "1.0 ms", "700 µs"],
     ]
     assert before.title.startswith(peers.BEFORE_TITLE)
     # Only 1,000 rows is a target size; its compiled later calls are 1.10x ReLax's.
