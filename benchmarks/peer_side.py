@@ -2,12 +2,13 @@
 search, timed on the problem the parent wrote (MLP weights, digits, targets in one ``.npz``).
 
     python -m benchmarks.peer_side relax|cfbook PROBLEM --n N --steps S [--compile]
-    python -m benchmarks.peer_side relax|cfbook PROBLEM --n N --products
+    python -m benchmarks.peer_side relax|cfbook PROBLEM --n N --steps S --products
 
 Prints one JSON line: the first call's seconds (tracing and compiling included), the seconds of
-each later call, and the mean number of steps the rows took. With ``--products`` a call is one
-step's two products with the first layer's weights alone (the forward ``x W1^T`` and the input
-gradient ``g W1``), as each library computes them. Each side runs alone in its
+each later call, and the mean number of steps the rows took. With ``--products`` a call is
+``steps`` steps of the first layer's two products alone (the forward ``x W1^T`` and the input
+gradient ``g W1``, with an update that makes each step's input the last step's output), as each
+library computes them. Each side runs alone in its
 process, so torch's and XLA's thread pools never meet and "first call" means first in a process.
 """
 
@@ -66,33 +67,46 @@ def relax_side(
 
 
 def relax_products(
-    problem: dict[str, np.ndarray], n: int, repeats: int, budget: float
+    problem: dict[str, np.ndarray], n: int, steps: int, repeats: int, budget: float
 ) -> dict[str, Any]:
-    """One step's two products with the first layer's weights under ``jax.jit``."""
+    """``steps`` steps' two products with the first layer's weights under ``jax.jit``, one
+    step after another (each step's product feeds the next, as in a search)."""
     import jax
     import jax.numpy as jnp
 
     w1 = jnp.asarray(problem["w1"])
     x = jnp.asarray(problem["x"][:n])
-    g = jnp.asarray(np.ones((n, w1.shape[0]), dtype=np.float32))
-    products = jax.jit(lambda x, g: (x @ w1.T, g @ w1))
-    first, times, _ = _repeat(lambda: jax.block_until_ready(products(x, g)), repeats, budget)
-    return {"first": first, "times": times, "mean_steps": 1.0}
+
+    def products(x):
+        def step(_, x):
+            return (x @ w1.T) @ w1 * 1e-3 + x
+
+        return jax.lax.fori_loop(0, steps, step, x)
+
+    search = jax.jit(products)
+    first, times, _ = _repeat(lambda: search(x).block_until_ready(), repeats, budget)
+    return {"first": first, "times": times, "mean_steps": float(steps)}
 
 
 def cfbook_products(
-    problem: dict[str, np.ndarray], n: int, repeats: int, budget: float, threads: int
+    problem: dict[str, np.ndarray], n: int, steps: int, repeats: int, budget: float, threads: int
 ) -> dict[str, Any]:
-    """One step's two products with the first layer's weights as torch computes them (both
-    executors call the same matrix product)."""
+    """``steps`` steps' two products with the first layer's weights as torch computes them
+    (both executors call the same matrix product), one step after another."""
     import torch
 
     torch.set_num_threads(threads)
     w1 = torch.from_numpy(problem["w1"])
-    x = torch.from_numpy(problem["x"][:n])
-    g = torch.ones(n, w1.shape[0])
-    first, times, _ = _repeat(lambda: (x @ w1.T, g @ w1), repeats, budget)
-    return {"first": first, "times": times, "mean_steps": 1.0}
+    x0 = torch.from_numpy(problem["x"][:n])
+
+    def products():
+        x = x0
+        for _ in range(steps):
+            x = torch.addmm(x, x @ w1.T, w1, alpha=1e-3)
+        return x
+
+    first, times, _ = _repeat(products, repeats, budget)
+    return {"first": first, "times": times, "mean_steps": float(steps)}
 
 
 def _model(problem: dict[str, np.ndarray]) -> Any:
@@ -143,21 +157,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("side", choices=("relax", "cfbook"))
     parser.add_argument("problem")
     parser.add_argument("--n", type=int, required=True)
-    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=10.0)
     parser.add_argument("--compile", action="store_true", help="cfbook: compile=True")
     parser.add_argument(
-        "--products", action="store_true", help="time one step's first-layer products alone"
+        "--products", action="store_true", help="time the first layer's products alone"
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     with np.load(args.problem) as stored:
         problem = {k: stored[k] for k in stored.files}
     if args.products and args.side == "relax":
-        result = relax_products(problem, args.n, args.repeats, args.budget)
+        result = relax_products(problem, args.n, args.steps, args.repeats, args.budget)
     elif args.products:
-        result = cfbook_products(problem, args.n, args.repeats, args.budget, args.threads)
+        result = cfbook_products(
+            problem, args.n, args.steps, args.repeats, args.budget, args.threads
+        )
     elif args.side == "relax":
         result = relax_side(problem, args.n, args.steps, args.repeats, args.budget)
     else:

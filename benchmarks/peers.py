@@ -253,8 +253,8 @@ def run(ctx: Context) -> list[Table]:
             runs = {"relax products": [], "torch products": []}
             for r in range(rounds):
                 for name in list(runs) if r % 2 == 0 else reversed(runs):
-                    runs[name].append(measure(ctx, name, problem, n, 1))
-            xla, aten = (combined(runs[name])["median"] for name in runs)
+                    runs[name].append(measure(ctx, name, problem, n, max(step_counts)))
+            xla, aten = (combined(runs[name])["median"] / max(step_counts) for name in runs)
             products.add(
                 f"{n:,}",
                 fmt_seconds(xla),
@@ -264,10 +264,11 @@ def run(ctx: Context) -> list[Table]:
                 fmt_seconds(per_step[n]["compiled"] - aten),
             )
     products.notes.append(
-        "Each side in a fresh process per round, as above: XLA under jax.jit (ReLax's side), "
-        "torch's matrix product (cfbook's, eager and compiled alike) with the run's threads; "
-        "the first layer's weights (32 x 784) times N digits, and N rows of a 32-wide gradient "
-        "times them. Rest of a step: the search's time per step at the most steps measured, "
+        "Each side in a fresh process per round, as above: XLA under jax.jit, a fori_loop "
+        "(ReLax's side), and torch's matrix product (cfbook's, eager and compiled alike) with "
+        "the run's threads, as many steps as the longest search above, each step the N rows "
+        "times the first layer's weights (32 x 784) and the 32-wide result times them again, "
+        "feeding the next step. Rest of a step: the search's time per step at that many steps "
         "less these products (the second layer, the loss, the update and the bookkeeping)."
     )
     speed.notes.append(
