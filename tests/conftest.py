@@ -145,11 +145,15 @@ def browser() -> Iterator[Browser]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that skip without CUDA carry the ``cuda`` marker, so ``pytest -m cuda`` (which
-    scripts/gpu-check.sh runs) selects exactly them."""
+    scripts/gpu-check.sh runs) selects exactly them; the cases of a test parametrized over
+    ``compile`` that run the compiled executor carry ``compiles``."""
     for item in items:
         reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
         if any("CUDA" in reason for reason in reasons):
             item.add_marker(pytest.mark.cuda)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("compile") is True:
+            item.add_marker(pytest.mark.compiles)
 
 
 def hand_made_microscope(first_level: int, prob: float, valid: bool) -> dict:

@@ -242,6 +242,7 @@ def test_adult_education_group_takes_education_num_as_in_ct_jl():
     ]
 
 
+@pytest.mark.compiles
 def test_one_model_compiled_in_both_gradient_modes_keeps_them_apart():
     # The compiled step of each mode is its own graph: the second mode's search on the same model
     # must not reuse the first mode's.

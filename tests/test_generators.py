@@ -78,6 +78,7 @@ def assert_same_search(fast, slow, atol: float = 1e-5) -> None:
         )
     assert torch.equal(fast.valid, slow.valid)
     assert torch.equal(fast.iterations, slow.iterations)
+    assert fast.iterations.dtype == slow.iterations.dtype == torch.long
 
 
 def count_compiled_steps(monkeypatch) -> list[bool]:
@@ -405,6 +406,7 @@ def _with_nan_rows(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("domain", [(-1.0, 1.0), None], ids=["domain", "no-domain"])
 def test_compiled_search_agrees_with_reference_on_nan_rows_and_chunks(domain):
     model = small_mlp()
@@ -423,6 +425,7 @@ def test_compiled_search_agrees_with_reference_on_nan_rows_and_chunks(domain):
     assert torch.equal(fast.nascent[nan_rows].nan_to_num(), x[nan_rows].nan_to_num())
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("n", [2, 8])
 def test_compiled_search_pads_a_single_active_row(monkeypatch, n):
     """At a compaction point where one row is left, a frozen row joins it (see _at_least_two),
@@ -458,6 +461,7 @@ def _graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
+@pytest.mark.compiles
 def test_a_chunked_compiled_search_compiles_one_graph():
     """Chunks are views of the rows, compacted rows are copies, the first step's state is the
     factuals: none of it may compile a second graph."""
@@ -474,6 +478,7 @@ def test_a_chunked_compiled_search_compiles_one_graph():
     assert len(found.iterations.unique()) > 2  # rows left at several compaction points
 
 
+@pytest.mark.compiles
 def test_compiled_search_reuses_its_graph_across_settings_sizes_and_models():
     """A training run searches every epoch, with shrinking working sets: once compiled, new
     sizes, tau, lambdas and step sizes must not compile again."""
@@ -500,6 +505,7 @@ def test_compiled_search_reuses_its_graph_across_settings_sizes_and_models():
     assert _graphs() == before
 
 
+@pytest.mark.compiles
 def test_a_model_changed_after_its_compile_compiles_again():
     """No guard checks a compiled call: a module swapped in after the compile (same parameter
     shapes) must not run the old graph."""
@@ -514,6 +520,7 @@ def test_a_model_changed_after_its_compile_compiles_again():
     assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
 
 
+@pytest.mark.compiles
 def test_a_forward_hook_added_after_the_compile_compiles_again():
     model = small_mlp(seed=12)
     x, target = factuals(model)
@@ -524,6 +531,7 @@ def test_a_forward_hook_added_after_the_compile_compiles_again():
     assert_same_search(fast, slow)
 
 
+@pytest.mark.compiles
 def test_compiled_search_of_a_strided_batch_agrees_with_a_contiguous_one():
     """The compiled step assumes contiguous rows and targets; views with other strides must be
     searched as their contiguous copies are."""
@@ -538,6 +546,7 @@ def test_compiled_search_of_a_strided_batch_agrees_with_a_contiguous_one():
     )
 
 
+@pytest.mark.compiles
 def test_compiled_search_has_no_host_sync_per_iteration(monkeypatch):
     model = small_mlp(scale=0.5)  # nothing converges: the loop runs all iterations
     x, target = factuals(model)
@@ -563,6 +572,7 @@ class _DataDependent(nn.Module):
         return self.net(x) if bool(x.abs().sum() >= 0) else -self.net(x)
 
 
+@pytest.mark.compiles
 def test_a_model_that_cannot_be_compiled_falls_back_to_eager_with_a_warning():
     model = _DataDependent()
     x, target = factuals(model)
@@ -622,6 +632,7 @@ def test_a_cpu_search_without_cf_batchsize_splits_into_equal_chunks(monkeypatch)
     assert_same_search(chunked, whole)
 
 
+@pytest.mark.compiles
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
     model = small_mlp()
@@ -646,6 +657,7 @@ def test_compiled_search_agrees_with_eager_and_reference_on_cuda():
     assert torch.equal(fast.iterations.cpu(), slow.iterations)
 
 
+@pytest.mark.compiles
 def test_compiled_lazy_nascent_points_match_the_reference():
     """The step keeps nascent points lazily (see SearchState): rows still within epsilon at
     the end, rows that have left it and rows written back at a compaction point must all come out
@@ -662,6 +674,7 @@ def test_compiled_lazy_nascent_points_match_the_reference():
     assert bool((slow.iterations < params["maxiter"]).any())  # rows left at compaction points
 
 
+@pytest.mark.compiles
 def test_compiled_searches_with_two_architectures_in_turn_each_get_their_own_graph():
     """No guard checks a compiled call: searches with another architecture, and then the first
     one again, must not run a wrong graph. The other one has the same parameter shapes, which no
@@ -676,6 +689,7 @@ def test_compiled_searches_with_two_architectures_in_turn_each_get_their_own_gra
         assert_same_search(fast, ReferenceGenerator(tau=0.6).generate(model, x, target))
 
 
+@pytest.mark.compiles
 def test_a_compiled_model_is_freed():
     """A training script that builds a model per seed must not keep every model alive."""
     model = small_mlp(seed=11)
@@ -710,7 +724,8 @@ def test_infinite_and_nan_gradients_step_by_nan_to_num_s_rule(compile):
     assert x[:, 2].eq(0.0).all() and (x[:, 3] > 0.5).all()
 
 
-def test_a_point_on_the_epsilon_ball_is_within_it():
+@pytest.mark.parametrize("compile", [False, True, None], ids=["eager", "compiled", "reference"])
+def test_a_point_on_the_epsilon_ball_is_within_it(compile):
     """The domain stops both features exactly at epsilon from the factual, one above and one
     below: that point is still a nascent point (|x - x0| <= epsilon)."""
     model = nn.Linear(2, 2)
@@ -720,14 +735,13 @@ def test_a_point_on_the_epsilon_ball_is_within_it():
     x = torch.zeros(3, 2)
     target = torch.zeros(3, dtype=torch.long)
     settings = {"maxiter": 8, "step_size": 0.2, "tau": 0.99, "epsilon": 0.25}
-    for gen in (
-        NativeGenerator(**settings, compile=False),
-        NativeGenerator(**settings, compile=True),
-        ReferenceGenerator(**settings),
-    ):
-        res = gen.generate(model, x, target, domain=(-0.25, 0.25))
-        corner = torch.tensor([[0.25, -0.25]] * 3)
-        assert torch.equal(res.counterfactual, corner) and torch.equal(res.nascent, corner)
+    if compile is None:
+        gen = ReferenceGenerator(**settings)
+    else:
+        gen = NativeGenerator(**settings, compile=compile)
+    res = gen.generate(model, x, target, domain=(-0.25, 0.25))
+    corner = torch.tensor([[0.25, -0.25]] * 3)
+    assert torch.equal(res.counterfactual, corner) and torch.equal(res.nascent, corner)
 
 
 @pytest.mark.parametrize("generator", [ReferenceGenerator, NativeGenerator])
@@ -757,6 +771,7 @@ def test_the_step_scalars_take_the_search_s_dtype_whatever_the_default_dtype():
     assert wide.dtype == torch.float64 and wide.tolist() == [0.6, 0.1, 0.1, 0.3]  # exactly
 
 
+@pytest.mark.compiles
 def test_the_compiled_step_runs_with_mutability_and_no_domain():
     # Step bounds without a domain's bounds: the compiled step must really run (no fallback
     # warning) and search as the per-sample reference does.

@@ -152,6 +152,7 @@ def _saved_run(out: Path) -> tuple:
     return model, load_log(out / "log.json")
 
 
+@pytest.mark.compiles
 @pytest.mark.slow
 def test_a_killed_compiled_run_resumes_to_the_same_log_and_weights(tmp_path: Path) -> None:
     """A run killed mid-way and resumed in a new process, which compiles afresh, ends where an
@@ -167,6 +168,7 @@ def test_a_killed_compiled_run_resumes_to_the_same_log_and_weights(tmp_path: Pat
     assert whole[1].meta["generator"]["compile"] is True
 
 
+@pytest.mark.compiles
 def test_a_compiled_run_repeats_whatever_searched_before_it_in_the_process() -> None:
     """Searches before a run (another experiment's, a notebook's, eager or compiled) do not
     change its path: which executor runs is the generator's setting, nothing else."""
@@ -185,6 +187,7 @@ def test_a_compiled_run_repeats_whatever_searched_before_it_in_the_process() -> 
     )
 
 
+@pytest.mark.compiles
 def test_a_resume_with_the_other_executor_is_refused(tmp_path: Path) -> None:
     """compile is part of the run's identity: epochs searched compiled are not continued
     eagerly under one log, nor the other way round."""
