@@ -39,7 +39,7 @@ from cfbook.book.profiles import PROFILES, get_profile
 from cfbook.book.scaling import load_scaling_runs, scaling_figure, scaling_profiles
 from cfbook.book.stages import load_comparison_runs, load_evaluations, load_microscope
 from cfbook.data import load_mnist
-from cfbook.paper.merge import read_cell_logs, read_result, read_variants
+from cfbook.paper.merge import read_result, read_variants
 from cfbook.search.generators import NativeGenerator
 from cfbook.training.log import EpochRecord, TrainingLog
 
@@ -137,8 +137,10 @@ def _knobs() -> Built:
 
 
 def _stability() -> Built:
-    configured = read_cell_logs(DATA, "full_protected")
-    ridged = read_ridged(DATA, read_variants(DATA))
+    results = read_result(DATA, "results.json")
+    weighted = read_ridged(DATA, results, read_variants(DATA))
+    assert weighted is not None
+    configured, _, ridged = weighted
     keys = [k for k in configured if all(k in logs for logs, _ in ridged.values())]
     cells = [
         logs[k][s]

@@ -47,7 +47,6 @@ from cfbook.paper.settings import (
     MNIST_PROTECTED_ROWS,
     PAPER_SETUP,
     SEARCH,
-    SYNTHETIC,
     TEST_TAU,
     VARIANTS,
     Variant,
@@ -75,14 +74,18 @@ def test_the_grid_numbers_every_cell_once_in_a_stable_order():
 
 
 def test_settings_follow_the_papers_grid_configs():
-    # grid_config.toml: moons trains at tau 0.9, adult at 0.75; the synthetic mutability runs
-    # drop the ridge and the adversarial term; every search takes steps of 0.1 (Flux's
-    # Descent() default: the configured lr = 0.25 is never read).
+    # grid_config.toml: moons trains at tau 0.9, adult at 0.75; the protected runs take the
+    # main grid's weights (the launch command's flags fill their empty fields), the variant
+    # zero_lambdas_protected the committed mutability grids' 0 and 0; every search takes steps
+    # of 0.1 (Flux's Descent() default: the configured lr = 0.25 is never read).
     moons = cell_config(Cell(0, "moons", "full", 0), Scale.paper())
     assert moons["search"]["tau"] == 0.9 and moons["search"]["step_size"] == 0.1
     assert moons["lambdas"] == [1.0, 0.5, 0.25, 0.25] and moons["batch_size"] == 30
-    assert EXPERIMENTS["lin_sep"].lambdas("full_protected") == (1.0, 0.5, 0.0, 0.0)
-    assert EXPERIMENTS["adult"].lambdas("full_protected") == (1.0, 0.5, 0.25, 0.25)
+    protected = Cell(0, "lin_sep", "full_protected", 0)
+    assert cell_config(protected, Scale.paper())["lambdas"] == [1.0, 0.5, 0.01, 0.25]
+    zeros = cell_config(protected, Scale.paper(), VARIANTS["zero_lambdas_protected"])
+    assert zeros["lambdas"] == [1.0, 0.5, 0.0, 0.0]
+    assert EXPERIMENTS["adult"].lambdas == (1.0, 0.5, 0.25, 0.25)
     assert cell_config(Cell(0, "adult", "vanilla", 0), Scale.paper())["nce"] is None
     assert EXPERIMENTS["mnist"].individuals * 5 == 125  # per round, over the 5 energy weights
 
@@ -111,11 +114,11 @@ def test_every_data_sets_settings_are_the_papers():
         got = (e.n_train, e.batch_size, e.tau, e.nce, e.lambda_reg, e.protected, e.individuals)
         assert got == expected, key
         assert e.key == key
-        # The main grid's weights everywhere; without the ridge and the adversarial term in the
-        # synthetic sets' protected runs (their recorded grids), the main weights elsewhere.
-        assert e.lambdas("full") == (1.0, 0.5, e.lambda_reg, 0.25)
-        protected = (0.0, 0.0) if key in SYNTHETIC else (e.lambda_reg, 0.25)
-        assert e.lambdas("full_protected") == (1.0, 0.5, *protected), key
+        # The main grid's weights everywhere, the protected runs included.
+        assert e.lambdas == (1.0, 0.5, e.lambda_reg, 0.25)
+        for training in ("full", "full_protected"):
+            config = cell_config(Cell(0, key, training, 0), Scale.paper())
+            assert config["lambdas"] == [1.0, 0.5, e.lambda_reg, 0.25], key
     labels = [e.label for e in EXPERIMENTS.values()]
     assert labels == ["LS", "Circ", "Moon", "OL", "Adult", "CH", "Cred", "GMSC", "MNIST"]
     kinds = [e.kind for e in EXPERIMENTS.values()]
@@ -418,22 +421,37 @@ def assert_same_figure_data(made: Any, kept: Any, where: str = "") -> None:
         assert made == kept, where
 
 
-def test_a_stamp_saved_before_protected_lambdas_existed_means_the_recorded_weights(tmp_path):
-    # Variants' evaluations saved before the setting existed trained with the recorded grids'
-    # weights: reused by a variant that keeps them, refused by one that changes them.
+@pytest.mark.parametrize(
+    ("key", "saved", "means"),
+    [
+        # Saved without the field, or with "mutability" (the protected experiment's recorded
+        # grids): 0 and 0 on a synthetic set, the main grid's weights elsewhere.
+        ("lin_sep", None, "zeros"),
+        ("lin_sep", "mutability", "zeros"),
+        ("adult", None, "main"),
+        ("adult", "mutability", "main"),
+    ],
+)
+def test_an_old_stamp_means_the_weights_it_was_trained_with(tmp_path, key, saved, means):
+    # A variant's evaluation saved before today's names is reused by a variant that trains with
+    # the weights it meant, and refused by one that does not.
     def evaluate_over_an_old_stamp(lambdas: str) -> dict:
-        variant = Variant("some", ("lin_sep",), shuffle=True, protected_lambdas=lambdas)
-        config = evaluation_config("lin_sep", 0, Scale.smoke(), variant)
-        del config["variant"]["protected_lambdas"]
-        path = tmp_path / lambdas / "evaluations" / "lin_sep-s0.json"
+        variant = Variant("some", (key,), groups="none", protected_lambdas=lambdas)
+        config = evaluation_config(key, 0, Scale.smoke(), variant)
+        del config["variant"]["data_seed"]  # saved before the data draw was a setting
+        if saved is None:
+            del config["variant"]["protected_lambdas"]
+        else:
+            config["variant"]["protected_lambdas"] = saved
+        path = tmp_path / lambdas / "evaluations" / f"{key}-s0.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"config": config, "seconds": 1.0}))
         cpu, out = torch.device("cpu"), path.parents[1]
-        return run_evaluation("lin_sep", 0, Scale.smoke(), out, device=cpu, variant=variant)
+        return run_evaluation(key, 0, Scale.smoke(), out, device=cpu, variant=variant)
 
-    assert evaluate_over_an_old_stamp("mutability")["seconds"] == 1.0
+    assert evaluate_over_an_old_stamp(means)["seconds"] == 1.0
     with pytest.raises(ValueError, match="made with other settings"):
-        evaluate_over_an_old_stamp("main")
+        evaluate_over_an_old_stamp("defaults")
 
 
 def test_accuracies_under_attack_are_averaged_per_epsilon_over_the_seeds():
@@ -629,36 +647,44 @@ def test_a_variant_retrains_exactly_when_it_changes_training():
         "no_decoding": False,
         "own_groups": False,
         "straight_through": False,
-        "main_lambdas_protected": True,
+        "zero_lambdas_protected": True,
         "default_lambdas_protected": True,
+        "data_draw_43": True,
+        "data_draw_44": True,
     }
 
 
-def test_the_main_lambdas_variant_changes_only_the_protected_cells_lambdas():
+def test_the_zero_lambdas_variant_changes_only_the_protected_cells_lambdas():
     from cfbook.paper.settings import VARIANTS
 
-    variant, scale = VARIANTS["main_lambdas_protected"], Scale.paper()
+    variant, scale = VARIANTS["zero_lambdas_protected"], Scale.paper()
     for key, reg in (("lin_sep", 0.01), ("moons", 0.25)):
         paper = {t: cell_config(Cell(0, key, t, 0), scale) for t in TRAININGS}
         changed = {t: cell_config(Cell(0, key, t, 0), scale, variant) for t in TRAININGS}
-        # CT.jl's satml grids: (clf, div, reg, adv) = (1, 0.5, 0, 0) when protected, and the
-        # main grid's ridge and adversarial weight (0.25) otherwise.
-        assert paper["full_protected"]["lambdas"] == [1.0, 0.5, 0.0, 0.0]
-        assert (
-            changed["full_protected"]["lambdas"]
-            == paper["full"]["lambdas"]
-            == [
-                1.0,
-                0.5,
-                reg,
-                0.25,
-            ]
-        )
+        # The grid: the main grid's ridge and adversarial weight with and without protection;
+        # the variant: the committed mutability grids' 0 and 0 when protected.
+        assert paper["full_protected"]["lambdas"] == paper["full"]["lambdas"] == [1, 0.5, reg, 0.25]
+        assert changed["full_protected"]["lambdas"] == [1.0, 0.5, 0.0, 0.0]
         for t in TRAININGS:
-            assert changed[t].pop("variant") == "main_lambdas_protected"
+            assert changed[t].pop("variant") == "zero_lambdas_protected"
             assert changed[t].pop("generator") == "mlj"  # named by every variant that retrains
             if t != "full_protected":
                 assert changed[t] == paper[t]
+
+
+def test_a_data_draw_variant_draws_other_points_of_the_same_distribution():
+    from cfbook.paper.settings import VARIANTS
+
+    variant = VARIANTS["data_draw_43"]
+    config = cell_config(Cell(0, "lin_sep", "full", 0), Scale.paper(), variant)
+    assert config["data_seed"] == 43 and config["variant"] == "data_draw_43"
+    # The grid's cells name no draw: they keep the stamps they were made with.
+    assert "data_seed" not in cell_config(Cell(0, "lin_sep", "full", 0), Scale.paper())
+    grid, drawn = (load_experiment_data("lin_sep", variant=v) for v in (PAPER_SETUP, variant))
+    assert grid.x.shape == drawn.x.shape and not torch.equal(grid.x, drawn.x)
+    # MLJBase's blobs keep the paper's centres whatever the draw: the class means stay close.
+    for c in (0, 1):
+        assert torch.allclose(grid.x[grid.y == c].mean(0), drawn.x[drawn.y == c].mean(0), atol=0.1)
 
 
 def test_the_default_lambdas_variant_trains_the_protected_cells_with_ct_experiments_defaults():
@@ -743,23 +769,31 @@ def test_read_cell_logs_finds_one_training_by_data_set_and_seed(tmp_path: Path):
     assert read_cell_logs(tmp_path, "energy") == {}
 
 
-def test_read_ridged_takes_each_shipped_ridge_variant_with_its_cells(tmp_path: Path):
-    from cfbook.book.figures.ridge import RIDGED_VARIANTS, read_ridged
+def test_read_ridged_takes_the_grid_and_each_shipped_weighting_with_its_cells(tmp_path: Path):
+    from cfbook.book.figures.ridge import GRID, RIDGED_VARIANTS, WITHOUT, read_ridged
 
-    main, defaults = RIDGED_VARIANTS.values()
-    for variant in (main, defaults):
-        folder = tmp_path / "reproduction" / "variants" / variant / "cells"
-        folder.mkdir(parents=True)
-        content = {"meta": {"lambdas": [variant]}, "log": []}
-        (folder / "moons-full_protected-s1.json").write_text(json.dumps(content))
-    merged = {main: {"data": {}}, defaults: {"data": {}}, "shuffled": {"data": {}}}
-    found = read_ridged(tmp_path, merged)
-    assert list(found) == list(RIDGED_VARIANTS)
+    (defaults,) = RIDGED_VARIANTS.values()
+    for folder in ("cells", f"variants/{WITHOUT}/cells", f"variants/{defaults}/cells"):
+        path = tmp_path / "reproduction" / folder
+        path.mkdir(parents=True)
+        content = {"meta": {"lambdas": [folder]}, "log": []}
+        (path / "moons-full_protected-s1.json").write_text(json.dumps(content))
+    grid_results = {"data": {}}
+    merged = {WITHOUT: {"data": {}}, defaults: {"data": {}}, "shuffled": {"data": {}}}
+    without, without_results, found = read_ridged(tmp_path, grid_results, merged)
+    assert without["moons"][1]["meta"]["lambdas"] == [f"variants/{WITHOUT}/cells"]
+    assert without_results is merged[WITHOUT]
+    assert list(found) == [GRID, *RIDGED_VARIANTS]
+    logs, results = found[GRID]
+    assert logs["moons"][1]["meta"]["lambdas"] == ["cells"] and results is grid_results
     logs, results = found["CTExperiments' defaults"]
-    assert logs["moons"][1]["meta"]["lambdas"] == [defaults] and results is merged[defaults]
-    # Merged but without cells, or with cells but not merged: left out.
-    assert list(read_ridged(tmp_path, {main: {"data": {}}})) == ["the main grid's weights"]
-    assert read_ridged(tmp_path / "elsewhere", merged) == {}
+    assert logs["moons"][1]["meta"]["lambdas"] == [f"variants/{defaults}/cells"]
+    assert results is merged[defaults]
+    # A weighting merged but without cells, or with cells but not merged, is left out; without
+    # the variant that trains without the ridge there is nothing to compare.
+    assert list(read_ridged(tmp_path, grid_results, {WITHOUT: {"data": {}}})[2]) == [GRID]
+    assert read_ridged(tmp_path, grid_results, {defaults: {"data": {}}}) is None
+    assert read_ridged(tmp_path / "elsewhere", grid_results, merged) is None
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,14 @@ from cfbook.book.figures.reproduction import (
     Cause,
     accuracy_verdicts,
     average_row,
+    ceiling,
     cost_signs,
     disagreements,
+    draw_readings,
+    draw_text,
+    draws,
+    edges,
+    findings,
     flipped,
     more_robust,
     summary,
@@ -25,6 +31,7 @@ from cfbook.book.figures.reproduction import (
     validity_verdicts,
     variant_effects,
     verdicts,
+    wide_published,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -437,3 +444,122 @@ def test_a_rerun_on_another_processor_names_every_number_whose_verdict_moved():
     assert summary(other) == summary(shipped)
     assert validity_close(shipped, "unconstrained", 0.1)[0] == 9
     assert validity_close(other, "unconstrained", 0.1) == (8, ["mnist"])
+
+
+def test_the_shipped_count_equals_an_independent_recount_number_by_number():
+    """The chapter's count, read from results.json by cfbook, against ``tests/recount.py``, which
+    recomputes every seed from the per-round evaluation files with no cfbook code."""
+    from recount import COLUMNS, PUBLISHED, recount
+
+    from cfbook.book.figures.reproduction import LABELS
+    from cfbook.paper.merge import read_result
+
+    results = read_result(REPO / "data", "results.json")
+    assert results is not None
+    counted = recount(REPO / "data")
+    measures = list(LABELS)
+    assert len(measures) == len(COLUMNS) and set(results["data"]) == set(PUBLISHED)
+    for key, d in results["data"].items():
+        for column, measure in enumerate(measures):
+            assert sum(filter(None, verdicts(d, key, measure))) == counted[key, column], (
+                key,
+                measure,
+            )
+    assert summary(results)["agree"] == sum(seeds >= 2 for seeds in counted.values())
+    assert summary(results)["total"] == len(counted) == 27
+
+
+# --- the count's ceiling, its edges and the data draw ------------------------------------------
+
+
+def test_the_ceiling_judges_our_seeds_against_each_other_by_the_same_rule():
+    # LS IP: 10.0 ± 1 three times: every pair agrees (|0| <= 2.58 x sqrt 2). IP*: 10, 10, 20
+    # ± 1: one pair of three (the two 10s; 10 from 20 is beyond 2.58 x sqrt 2 = 3.65). Cost:
+    # one seed not significant: one pair of three.
+    seeds = {
+        "ip": [_seed(10.0, se=1.0)] * 3,
+        "ip_star_5": [_seed(10.0, se=1.0), _seed(10.0, se=1.0), _seed(20.0, se=1.0)],
+        "cost": [_seed(10.0, se=1.0), _seed(10.0, se=1.0), _seed(10.0, se=1.0, significant=False)],
+    }
+    c = ceiling({"data": {"lin_sep": data_set(seeds)}})
+    assert (c.agreeing, c.pairs, c.numbers) == (5, 9, 3)
+    # Per number, P(at least 2 of 3 agree) = 3q²(1 - q) + q³: q = 1 gives 1, q = 1/3 gives 7/27.
+    assert c.expected == pytest.approx(1 + 2 * 7 / 27)
+    # A seed without a value makes no pair.
+    c = ceiling({"data": {"lin_sep": data_set({**seeds, "ip": [None, *seeds["ip"][:2]]})}})
+    assert (c.agreeing, c.pairs) == (5 - 2, 9 - 2)
+
+
+def test_an_edge_is_a_seed_whose_significance_one_run_decides():
+    # LS IP (paper 26.26 ± 0.67, significant): two seeds agree, the third does not. Turning
+    # around a fragile agreeing seed's significance drops the number to 1 of 3; turning around
+    # the disagreeing one's changes nothing.
+    agree = _seed(26.0)
+    seeds = [{**agree, "fragile": True}, agree, {**_seed(5.0), "fragile": True}]
+    (edge,) = edges({"data": {"lin_sep": data_set({"ip": seeds})}})
+    assert (edge.key, edge.measure, edge.fragile, edge.decides) == ("lin_sep", "ip", (0, 2), True)
+    (edge,) = edges({"data": {"lin_sep": data_set({"ip": [agree, agree, seeds[2]]})}})
+    assert edge.fragile == (2,) and not edge.decides
+    assert edges({"data": {"lin_sep": data_set()}}) == []
+
+
+def test_a_published_interval_wider_than_the_threshold_is_named():
+    # MNIST's IP*: SE 217.6, 2.58 x 217.6 = 561.4 points each way; nothing else is over 100.
+    assert wide_published() == [("mnist", "ip_star", pytest.approx(561.408))]
+    # Overlapping 14.59 and Credit 12.26: 37.6 and 31.6 points.
+    assert [(k, round(w, 1)) for k, _, w in wide_published(threshold=30.0)][:2] == [
+        ("over", 37.6),
+        ("credit", 31.6),
+    ]
+
+
+def test_the_data_draw_reading_separates_the_draws_from_the_seeds():
+    def reductions(values):
+        return data_set({"ip": [_seed(v) for v in values], "ip_star_5": [_seed(v) for v in values]})
+
+    grid = {"data": {"lin_sep": reductions([10.0, 12.0, 14.0])}}
+    variants = {
+        "data_draw_43": {"data": {"lin_sep": reductions([20.0, 22.0, 24.0])}},
+        "data_draw_44": {"data": {"lin_sep": reductions([30.0, 32.0, 34.0])}},
+    }
+    found = draws(grid, variants)
+    assert found["lin_sep"]["ip"] == [[10.0, 12.0, 14.0], [20.0, 22.0, 24.0], [30.0, 32.0, 34.0]]
+    ip, _ = draw_readings(grid, variants)
+    # Draw means 12, 22, 32: standard deviation 10; within a draw 2. 10 > 2 x 2 / sqrt 3.
+    assert ip.draw_means == [12.0, 22.0, 32.0] and ip.between == pytest.approx(10.0)
+    assert ip.within == pytest.approx(2.0) and ip.follows_draw
+    assert (ip.low, ip.high, ip.paper) == (10.0, 34.0, 26.26)
+    # Draw means 12, 13.7, 15.4 (standard deviation 1.7), seeds 2 apart within each draw:
+    # beyond what seeds alone give a mean of three (2 / sqrt 3 = 1.15), not twice it (2.31).
+    close = {
+        name: {"data": {"lin_sep": reductions([v - 2.0, v, v + 2.0])}}
+        for name, v in zip(variants, (13.7, 15.4), strict=True)
+    }
+    (between, *_), (reading, _) = (
+        [draw_readings(grid, close)[0].between],
+        draw_readings(grid, close),
+    )
+    assert between == pytest.approx(1.7) and reading.within == pytest.approx(2.0)
+    assert not reading.follows_draw
+    assert draws(grid, {}) == {} and draw_text(grid, {}) == ""
+
+
+def test_one_cause_per_disagreement_a_variant_that_brings_agreement_first():
+    # LS IP: seeds of both signs (a measured cause), and a variant that brings it to 3 of 3:
+    # the variant is named. Without that variant, the first measured cause. Without either,
+    # open, naming only the variants that can move the number: one that changes only the
+    # protected runs' weights trains the same unconstrained models.
+    results = {"data": {"lin_sep": data_set({"ip": [_seed(-3.0), _seed(2.0), _seed(5.0)]})}}
+    agreeing = {"shuffled": {"data": {"lin_sep": data_set({"ip": [_seed(26.0)] * 3})}}}
+    line = next(x for x in findings(results, variants=agreeing).splitlines() if ", IP**" in x)
+    assert "`shuffled` (3 of 3)" in line and "sign" not in line
+    line = next(x for x in findings(results).splitlines() if ", IP**" in x)
+    assert "differ in sign" in line
+    quiet = {"data": {"lin_sep": data_set()}}
+    weights = {"zero_lambdas_protected": quiet, "shuffled": quiet}
+    line = next(x for x in findings(quiet, variants=weights).splitlines() if ", IP**" in x)
+    assert line.endswith(
+        "Open: nothing measured brings it to agreement (variants tried: shuffled)."
+    )
+    cost = next(x for x in findings(quiet, variants=weights).splitlines() if "cost" in x)
+    assert "zero_lambdas_protected" in cost

@@ -13,6 +13,7 @@ from cfbook.evaluation.statistics import (
     compare_models,
     compare_rounds,
     compare_rounds_or_none,
+    fragile_significance,
     mean_se,
 )
 
@@ -148,3 +149,27 @@ def test_compare_rounds_or_none_is_none_only_where_no_round_has_both_sides():
     # Rounds of unequal count are a mistake upstream, not "nothing valid".
     with pytest.raises(ValueError):
         compare_rounds_or_none([1.0, 1.0], [2.0])
+
+
+@pytest.mark.parametrize(
+    ("extremes", "fragile"),
+    [
+        # No extreme round: every difference is 0.5 +- 0.09, far from zero with or without any one.
+        ((), False),
+        # One round at -2: the 0.5 % end interpolates between -2 and 0.41 (about -0.8), so the
+        # interval holds 0; without that round it does not.
+        ((-2.0,), True),
+        # Two rounds at -2: the end stays at -2 whichever single round is left out.
+        ((-2.0, -2.0), False),
+    ],
+)
+def test_significance_is_fragile_where_one_round_decides_it(extremes, fragile):
+    differences = [0.5 + 0.09 * math.sin(i) for i in range(100 - len(extremes))] + list(extremes)
+    baseline = [1.0] * 100
+    ct = [1.0 + d for d in differences]
+    assert fragile_significance(ct, baseline) is fragile
+    # The verdict it is about: the one-round case is not significant with the round, and is
+    # without it.
+    if fragile:
+        assert not compare_rounds(ct, baseline)["significant"]
+        assert compare_rounds(ct[:-1], baseline[:-1])["significant"]

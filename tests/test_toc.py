@@ -70,3 +70,14 @@ def test_the_book_keeps_its_folder_and_title_and_names_a_default(tmp_path: Path)
     assert (
         read_book(REPO).title == yaml.safe_load((REPO / CONFIG_FILE).read_text())["book"]["title"]
     )
+
+
+def test_appendices_that_are_notebooks_follow_the_chapters(tmp_path: Path) -> None:
+    # The API reference's .qmd pages are Quarto's alone; a notebook appendix is executed and
+    # checked as a chapter is, after the chapters.
+    appendices = ["book/details.ipynb", "reference/index.qmd"]
+    _write_config(tmp_path, {"chapters": ["index.ipynb", "book/a.ipynb"], "appendices": appendices})
+    assert read_book(tmp_path).chapters == tuple(
+        map(Path, ("index.ipynb", "book/a.ipynb", "book/details.ipynb"))
+    )
+    assert read_book(REPO).chapters[-1] == Path("book/paper_details.ipynb")

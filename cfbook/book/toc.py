@@ -19,7 +19,8 @@ HOME_PAGE = Path("index.ipynb")
 
 @dataclass(frozen=True)
 class Book:
-    """What ``_quarto.yml`` says about the book: its title and chapter files, in reading order."""
+    """What ``_quarto.yml`` says about the book: its title and notebooks, in reading order: the
+    chapters, then the appendices that are notebooks (the API reference's pages are not)."""
 
     project_dir: Path
     title: str
@@ -55,6 +56,8 @@ def read_book(project_dir: str | Path) -> Book:
     chapters = [Path(c) for c in _flatten_chapters(book.get("chapters") or [])]
     if not chapters:
         raise ValueError(f"{config_path}: book.chapters lists no chapters")
+    appendices = [Path(a) for a in _flatten_chapters(book.get("appendices") or [])]
+    chapters += [a for a in appendices if a.suffix == ".ipynb"]
     if chapters[0] != HOME_PAGE:
         raise ValueError(
             f"{config_path}: the first chapter must be the home page {HOME_PAGE} at the project "

@@ -84,6 +84,29 @@ def compare_rounds_or_none(
     return compare_rounds(ct, baseline, level)
 
 
+def fragile_significance(
+    ct: Sequence[float | None], baseline: Sequence[float | None], level: float = 0.99
+) -> bool:
+    """Whether leaving out one round turns ``compare_rounds``' verdict of significance around.
+    The interval's ends interpolate between the most extreme per-round differences, so with 100
+    rounds one extreme round can decide whether the interval excludes zero."""
+    pairs = [(a, b) for a, b in zip(ct, baseline, strict=True) if a is not None and b is not None]
+    diff = torch.tensor([a - b for a, b in pairs], dtype=torch.float64)
+    n = diff.numel()
+    if n < 3:
+        return False
+    tail = (1.0 - level) / 2
+    q = torch.tensor([tail, 1.0 - tail], dtype=torch.float64)
+    low, high = torch.quantile(diff, q)
+    significant = not float(low) <= 0.0 <= float(high)
+    # Row i holds every difference but the i-th.
+    others = torch.arange(n).repeat(n, 1)
+    others = others[others != torch.arange(n)[:, None]].reshape(n, n - 1)
+    lows, highs = torch.quantile(diff[others], q, dim=1)
+    left_out = ~((lows <= 0.0) & (highs >= 0.0))
+    return bool((left_out != significant).any())
+
+
 def compare_models(
     per_round: Mapping[str, Mapping[str, Sequence[float | None]]],
     ct: str,

@@ -55,3 +55,24 @@ def count(verdicts: Sequence[bool | None]) -> tuple[int, int]:
     """(seeds that agree, seeds with something to compare)."""
     known = [v for v in verdicts if v is not None]
     return sum(known), len(known)
+
+
+def pairs_agreeing(seeds: Sequence[dict[str, Any] | None]) -> tuple[int, int]:
+    """(pairs of our seeds that agree with each other by the reduction rule, pairs where both
+    have a value): how often two models trained the same way pass the rule, its ceiling."""
+    known = [s for s in seeds if s is not None and not math.isnan(s.get("reduction", math.nan))]
+    pairs = [(a, b) for i, a in enumerate(known) for b in known[i + 1 :]]
+    agreed = sum(
+        bool(reduction_agrees(a, b["reduction"], b["se"], b["significant"])) for a, b in pairs
+    )
+    return agreed, len(pairs)
+
+
+def chance_of_majority(rate: float, seeds: int = 3, majority: int = 2) -> float:
+    """The chance that at least ``majority`` of ``seeds`` independent seeds agree with a number
+    when each does with probability ``rate``: what a number's verdict would be worth if the
+    paper's model were one more seed."""
+    return sum(
+        math.comb(seeds, k) * rate**k * (1 - rate) ** (seeds - k)
+        for k in range(majority, seeds + 1)
+    )

@@ -24,6 +24,7 @@ from torch import nn
 
 from cfbook.atomic import atomic_torch_save, atomic_write_text
 from cfbook.data import DeviceLoader
+from cfbook.data.synthetic import DATA_SEED
 from cfbook.evaluation.attacks import PAPER_EPSILONS, PAPER_PGD, attack_accuracy
 from cfbook.evaluation.attribution import (
     integrated_gradients,
@@ -51,6 +52,7 @@ from cfbook.paper.settings import (
     PAPER_SETUP,
     SEARCH,
     TEST_TAU,
+    ZERO_LAMBDAS,
     ExperimentData,
     Variant,
     check_key,
@@ -163,10 +165,12 @@ def cell_config(cell: Cell, scale: Scale, variant: Variant = PAPER_SETUP) -> dic
         config["variant"] = variant.name
         config["shuffle"] = variant.shuffle
         config["generator"] = variant.generator
+        if variant.data_seed != DATA_SEED:
+            config["data_seed"] = variant.data_seed
         if config["search"] is not None:
             config["search"] = {**config["search"], "step_size": variant.step_size}
-        if cell.training == "full_protected" and variant.protected_lambdas != "mutability":
-            lambdas = {"main": EXPERIMENTS[cell.data].lambdas("full"), "defaults": DEFAULT_LAMBDAS}
+        if cell.training == "full_protected" and variant.protected_lambdas != "main":
+            lambdas = {"zeros": ZERO_LAMBDAS, "defaults": DEFAULT_LAMBDAS}
             config["lambdas"] = list(lambdas[variant.protected_lambdas])
     for knob, value in cell.overrides:
         if knob == "nce":
@@ -189,7 +193,7 @@ def _paper_config(cell: Cell, scale: Scale) -> dict[str, Any]:
         "batch_size": e.batch_size,
         "shuffle": False,
         "nce": _cap(e.nce, scale.max_nce) if cell.training != "vanilla" else None,
-        "lambdas": list(e.lambdas(cell.training)) if cell.training != "vanilla" else None,
+        "lambdas": list(e.lambdas) if cell.training != "vanilla" else None,
         "search": {**SEARCH, "tau": e.tau} if cell.training != "vanilla" else None,
         "lr": LR,
         "hidden": HIDDEN,
@@ -210,13 +214,19 @@ def _model(data: ExperimentData) -> nn.Module:
 
 
 def _as_today(config: Any) -> Any:
-    """A saved stamp in today's terms: a setting added since it was saved takes the value that
-    was then the only behaviour. Variants' evaluations saved before ``protected_lambdas``
-    existed trained the protected CT with its own grid's weights, "mutability"."""
+    """A saved stamp in today's terms: a setting added or renamed since it was saved takes the
+    value that then held. A variant's evaluation saved without ``data_seed`` drew the synthetic
+    data with ``DATA_SEED``; one saved without ``protected_lambdas``, or with "mutability" (the
+    protected experiment's recorded grids), trained the protected CT with 0 and 0 on the
+    synthetic sets and with the main grid's weights on the others."""
     variant = config.get("variant") if isinstance(config, dict) else None
-    if isinstance(variant, dict) and "protected_lambdas" not in variant:
-        return {**config, "variant": {**variant, "protected_lambdas": "mutability"}}
-    return config
+    if not isinstance(variant, dict):
+        return config
+    today = {"data_seed": DATA_SEED, **variant}
+    if today.get("protected_lambdas", "mutability") == "mutability":
+        synthetic = EXPERIMENTS[config["data"]].kind == "synthetic"
+        today["protected_lambdas"] = "zeros" if synthetic else "main"
+    return {**config, "variant": today}
 
 
 def _reusable(path: Path, config: dict[str, Any], force: bool, rerun: str) -> dict[str, Any] | None:

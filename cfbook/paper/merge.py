@@ -19,7 +19,12 @@ import torch
 from cfbook.atomic import atomic_write_text
 from cfbook.evaluation.attacks import ATTACKS
 from cfbook.evaluation.measures import COST, compared_measures
-from cfbook.evaluation.statistics import compare_rounds_or_none, mean_of, mean_se
+from cfbook.evaluation.statistics import (
+    compare_rounds_or_none,
+    fragile_significance,
+    mean_of,
+    mean_se,
+)
 from cfbook.paper.files import read_json
 from cfbook.paper.settings import EXPERIMENTS
 
@@ -59,16 +64,19 @@ def _level(values: list[float | None]) -> dict[str, Any]:
     return {"mean": stats["mean"], "se": sd, "runs": stats["n"]}
 
 
+def _compared(per_round: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """One seed's CT against its baseline on ``key``, and whether a single round decides its
+    significance (``fragile``)."""
+    ct, baseline = per_round["full"][key], per_round["vanilla"][key]
+    result = compare_rounds_or_none(ct, baseline)
+    if result is not None:
+        result["fragile"] = fragile_significance(ct, baseline)
+    return result
+
+
 def _data_set(evals: list[dict[str, Any]], cells: list[dict[str, Any]]) -> dict[str, Any]:
     main = {
-        name: {
-            "per_seed": [
-                compare_rounds_or_none(
-                    *(e[experiment]["per_round"][m][key] for m in ("full", "vanilla"))
-                )
-                for e in evals
-            ]
-        }
+        name: {"per_seed": [_compared(e[experiment]["per_round"], key) for e in evals]}
         for name, (experiment, key) in MEASURES.items()
     }
     validity = {

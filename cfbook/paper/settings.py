@@ -9,6 +9,15 @@ epochs, no burn-in, lambdas [clf, div, adv] = [1, 0.5, 0.25], and an ECCo traini
 CTExperiments' ``get_generator`` (``src/training_params.jl``) builds the search's optimiser with
 ``get_opt(params)``, i.e. ``Flux.Optimise.Descent()`` without an argument, Flux's default step of
 0.1, at training and at test time alike. We follow the code.
+
+The protected runs (``satml/mutability``) train with the main grid's per-data-set weights. Their
+configurations leave ``lambda_energy_reg`` and ``lambda_adversarial`` empty, and an empty field
+is not ``TrainingParams``' bare default: ``training_params.jl`` resolves it through
+``get_global_param("reg_strength", 0.1)``, the ``--reg_strength=`` flag of the launch command
+(``globals.jl``), which the main grid's launches pass per data set (its configurations leave
+``reg`` and ``tau`` empty too, while its records hold the per-data-set values). The one committed
+record of the mutability grids (``e14b747b``) says 0 and 0 on the synthetic sets; that setting is
+the ``zero_lambdas_protected`` variant.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from cfbook.data import (
     load_moons,
     load_overlapping,
 )
+from cfbook.data.synthetic import DATA_SEED
 from cfbook.models import IMAGE_SHAPE
 from cfbook.search.constraints import Domain
 
@@ -40,6 +50,8 @@ LAMBDA_DIV, LAMBDA_ADV = 0.5, 0.25
 # (clf, div, reg, adv) when a configuration leaves them empty: CTExperiments' TrainingParams
 # (training_params.jl:181-186; reg is `--reg_strength`, default 0.1: CT.jl objectives.jl:8-9).
 DEFAULT_LAMBDAS = (1.0, 0.5, 0.1, 0.25)
+# (clf, div, reg, adv) of the mutability grids as committed once (e14b747b) on the synthetic sets.
+ZERO_LAMBDAS = (1.0, 0.5, 0.0, 0.0)
 SEARCH = {"maxiter": 30, "step_size": 0.1, "lambda_cost": 0.001, "lambda_energy": 5.0}
 # The data sets whose training-time searches run compiled (NativeGenerator(compile=True)): many
 # features searched for a hundred epochs, where the compiled step repays its compile
@@ -54,15 +66,8 @@ MNIST_PROTECTED_ROWS = (*range(5), *range(_ROWS - 5, _ROWS))
 
 @dataclass(frozen=True)
 class Experiment:
-    """One data set's training and evaluation settings. ``lambda_reg`` weighs the energy ridge;
-    ``protected_reg`` / ``protected_adv`` are the mutability experiment's ridge and adversarial
-    weights where they differ: the recorded grids of its runs, which made the paper's protected
-    numbers, train the synthetic sets without either (``evaluations/satml/mutability/mlp/<data>/
-    evaluation/grid_config.toml`` as the runs recorded them; the configurations were emptied to
-    CTExperiments' defaults afterwards, ``2cf773c7`` and ``e2bab588``; the appendix's table of
-    final hyperparameters is generated from the main grid's runs alone). The
-    ``main_lambdas_protected`` and ``default_lambdas_protected`` variants measure the main grid's
-    weights and those defaults in their place."""
+    """One data set's training and evaluation settings. ``lambda_reg`` weighs the energy ridge,
+    in CT with and without protected features alike (the module's docstring says why)."""
 
     key: str
     label: str
@@ -74,20 +79,15 @@ class Experiment:
     lambda_reg: float
     protected: tuple[str, ...]
     individuals: int  # per round and test-time energy weight
-    protected_reg: float | None = None
-    protected_adv: float | None = None
 
-    def lambdas(self, training: str) -> tuple[float, float, float, float]:
-        """(clf, div, reg, adv) of the full objective in the experiment ``training``."""
-        if training == "full_protected":
-            reg = self.lambda_reg if self.protected_reg is None else self.protected_reg
-            adv = LAMBDA_ADV if self.protected_adv is None else self.protected_adv
-            return (1.0, LAMBDA_DIV, reg, adv)
+    @property
+    def lambdas(self) -> tuple[float, float, float, float]:
+        """(clf, div, reg, adv) of CT's full objective."""
         return (1.0, LAMBDA_DIV, self.lambda_reg, LAMBDA_ADV)
 
 
 def _synthetic(key: str, label: str, tau: float, reg: float) -> Experiment:
-    return Experiment(key, label, "synthetic", 3000, 30, tau, 1000, reg, ("x1",), 250, 0.0, 0.0)
+    return Experiment(key, label, "synthetic", 3000, 30, tau, 1000, reg, ("x1",), 250)
 
 
 def _tabular(key: str, label: str, n: int, tau: float, reg: float, protected: str) -> Experiment:
@@ -180,42 +180,54 @@ CATEGORICAL = ("adult", "credit")
 @dataclass(frozen=True)
 class Variant:
     """One departure from the paper's setup, run on ``data`` to measure what it changes: the
-    synthetic ``generator`` ("mlj", the paper's; "sklearn"), the search ``step_size`` at
-    training and test time, ``shuffle`` (mini-batches reshuffled each epoch), and the test-time
-    one-hot groups: ``groups`` "get_cats" (CT.jl's, TaijaData's substring match), "own" (each
-    categorical's own columns) or "none" (no decoding), decoded with ``categorical_gradient``;
-    ``protected_lambdas``: the protected experiment's CT trained with its own grid's ridge and
-    adversarial weights ("mutability", the paper's; 0 and 0 on the synthetic sets), with the
-    main grid's ("main") or with CTExperiments' defaults ("defaults", what CT.jl's mutability
-    configurations give since they were emptied). ``retrains`` says whether it needs its own
-    trained models or evaluates the paper setup's."""
+    synthetic ``generator`` ("mlj", the paper's; "sklearn") and its ``data_seed`` (the draw of
+    the synthetic points), the search ``step_size`` at training and test time, ``shuffle``
+    (mini-batches reshuffled each epoch), and the test-time one-hot groups: ``groups``
+    "get_cats" (CT.jl's, TaijaData's substring match), "own" (each categorical's own columns) or
+    "none" (no decoding), decoded with ``categorical_gradient``; ``protected_lambdas``: the ridge
+    and adversarial weights of CT with protected features, the main grid's ("main", the paper's),
+    0 and 0 ("zeros", the mutability grids as once committed) or CTExperiments' bare defaults
+    ("defaults"). ``retrains`` says whether it needs its own trained models or evaluates the
+    paper setup's."""
 
     name: str
     data: tuple[str, ...] = tuple(EXPERIMENTS)
     generator: str = "mlj"
+    data_seed: int = DATA_SEED
     step_size: float = SEARCH["step_size"]
     shuffle: bool = False
     groups: str = "get_cats"
     categorical_gradient: str = "frozen"
-    protected_lambdas: str = "mutability"
+    protected_lambdas: str = "main"
 
     @property
     def retrains(self) -> bool:
-        training = (self.generator, self.step_size, self.shuffle, self.protected_lambdas)
-        return training != ("mlj", SEARCH["step_size"], False, "mutability")
+        training = (
+            self.generator,
+            self.data_seed,
+            self.step_size,
+            self.shuffle,
+            self.protected_lambdas,
+        )
+        return training != ("mlj", DATA_SEED, SEARCH["step_size"], False, "main")
 
 
 PAPER_SETUP = Variant("paper")
+# The data sets whose draws the data_draw variants change: LS, whose IP and IP* reductions are
+# about half the paper's in every seed, and Circles, whose IP reduction is above it in every seed.
+DRAWN = ("lin_sep", "circles")
 VARIANTS = {
     v.name: v
     for v in (
         Variant("sklearn_data", SYNTHETIC, generator="sklearn"),
+        Variant("data_draw_43", DRAWN, data_seed=43),
+        Variant("data_draw_44", DRAWN, data_seed=44),
         Variant("step_0.25", SYNTHETIC, step_size=0.25),
         Variant("shuffled", SYNTHETIC, shuffle=True),
         Variant("no_decoding", CATEGORICAL, groups="none"),
         Variant("own_groups", ("adult",), groups="own"),
         Variant("straight_through", CATEGORICAL, categorical_gradient="straight_through"),
-        Variant("main_lambdas_protected", SYNTHETIC, protected_lambdas="main"),
+        Variant("zero_lambdas_protected", SYNTHETIC, protected_lambdas="zeros"),
         Variant("default_lambdas_protected", SYNTHETIC, protected_lambdas="defaults"),
     )
 }
@@ -244,7 +256,11 @@ def load_experiment_data(
         mutability = ["none" if i in protected else "both" for i in range(len(columns))]
         categorical = None
     else:
-        options = {"generator": variant.generator} if e.kind == "synthetic" else {}
+        options = (
+            {"generator": variant.generator, "seed": variant.data_seed}
+            if e.kind == "synthetic"
+            else {}
+        )
         data = _LOADERS[key](device=device, **options)
         x_all, y_all = data.x, data.y
         x_test, y_test, domain = data.x_test, data.y_test, data.domain

@@ -1,11 +1,11 @@
 """CT with protected features, trained without and with the energy ridge: what the training logs
-of the shipped cells say about the disagreement in protected validity on the synthetic sets.
+of the shipped cells say about protected validity on the synthetic sets.
 
-The recorded grids of CT.jl's mutability runs, which made the paper's protected numbers, set the
-ridge and adversarial weights to 0 on the synthetic sets (``cfbook.paper.settings``); variants
-train the same cells with a ridge (the main grid's weights, CTExperiments' defaults). Every number
-here is read from the cells' per-epoch logs and the merged results, and the sentences follow
-from them.
+The grid trains them with the main grid's weights (``cfbook.paper.settings`` says why); the
+``zero_lambdas_protected`` variant without the ridge and the adversarial term, as the mutability
+grids were once committed; ``default_lambdas_protected`` with CTExperiments' bare defaults. Every
+number here is read from the cells' per-epoch logs and the merged results, and the sentences
+follow from them.
 """
 
 from __future__ import annotations
@@ -28,25 +28,31 @@ Logs = dict[str, dict[int, dict[str, Any]]]  # data set -> seed -> {"meta", "log
 # A weighting with a ridge: its name -> (its cells' logs, its merged results).
 Ridged = dict[str, tuple[Logs, dict[str, Any]]]
 RIDGED_COLOURS = (COLOURS["full"], "#2e8b57", "#7b3fa0")
-# The variants that train the protected cells with a ridge, by the name the page gives them.
-RIDGED_VARIANTS = {
-    "the main grid's weights": "main_lambdas_protected",
-    "CTExperiments' defaults": "default_lambdas_protected",
-}
+# The variant without the ridge, and those with one besides the grid's, by the name the page
+# gives them.
+WITHOUT = "zero_lambdas_protected"
+RIDGED_VARIANTS = {"CTExperiments' defaults": "default_lambdas_protected"}
+GRID = "the main grid's weights (the grid)"
 LATE = 50  # the last epochs over which the training-time validity's spread is measured
 REACHED = 0.95  # a training-time validity at the paper's level of 1.00
 CLOSE = 0.1  # the validity tolerance of the reproduction chapter
 
 
-def read_ridged(data_dir: str | Path, variants: dict[str, dict[str, Any]]) -> Ridged:
-    """The shipped ridge weightings (``RIDGED_VARIANTS``): each one's protected cells' logs and
-    merged results; a variant not shipped, or shipped without its cells, is left out."""
-    found = {}
+def read_ridged(
+    data_dir: str | Path, results: dict[str, Any], variants: dict[str, dict[str, Any]]
+) -> tuple[Logs, dict[str, Any], Ridged] | None:
+    """The protected cells' logs and merged results without the ridge (``WITHOUT``), and with
+    each weighting that has one: the grid's (``results``) and the shipped ``RIDGED_VARIANTS``;
+    None when the variant without the ridge is not shipped with its cells."""
+    without = read_cell_logs(data_dir, "full_protected", WITHOUT)
+    if WITHOUT not in variants or not without:
+        return None
+    found = {GRID: (read_cell_logs(data_dir, "full_protected"), results)}
     for name, variant in RIDGED_VARIANTS.items():
         logs = read_cell_logs(data_dir, "full_protected", variant)
         if variant in variants and logs:
             found[name] = (logs, variants[variant])
-    return found
+    return without, variants[WITHOUT], found
 
 
 def _late(cell: dict[str, Any]) -> list[float]:
@@ -264,7 +270,7 @@ def stability_figure(configured: Logs, ridged: Ridged) -> go.Figure:
     the ridge and with each weighting in ``ridged``."""
     keys = [k for k in NAMES if k in configured and all(k in logs for logs, _ in ridged.values())]
     weightings = [
-        (configured, COLOURS["vanilla"], "λ_reg = λ_adv = 0 (the recorded mutability grids)"),
+        (configured, COLOURS["vanilla"], "λ_reg = λ_adv = 0 (the mutability grids as committed)"),
         *((logs, RIDGED_COLOURS[i], name) for i, (name, (logs, _)) in enumerate(ridged.items())),
     ]
     columns = 2
