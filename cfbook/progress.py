@@ -46,7 +46,12 @@ class EpochProgress:
         self.name, self.nepochs, self.enabled = name, nepochs, enabled
         self.stream = stream
         self._t_start = self._t_last = time.perf_counter()
-        if start > 1:
+        if start > nepochs:
+            self._print(
+                f"the checkpoint holds all {nepochs} epochs: returning its model and log (ask for "
+                "more epochs to train further)"
+            )
+        elif start > 1:
             self._print(f"resuming from the checkpoint of epoch {start - 1}/{nepochs}")
 
     def _print(self, text: str) -> None:

@@ -209,6 +209,9 @@ def check_mature(mutability: list[str] | None, mature: str = "neighbour") -> Non
         domain=None,
         mutability=mutability,
         data={},
+        loader={},
+        optimizer={},
+        model={},
     )
     search = epoch_search(run, StubSearch(), x_all, y_all, n_batches=1, n_classes=2)
     cf = epoch_counterfactuals(model, x_all, y_all, search, torch.Generator().manual_seed(0))

@@ -27,6 +27,9 @@ def _run(**changes: object) -> TrainingRun:
         "domain": None,
         "mutability": None,
         "data": {"sha256": "ab"},
+        "loader": {"batch_size": 30, "shuffle": True, "drop_last": False},
+        "optimizer": {"class": "Adam", "lr": 0.01, "betas": [0.9, 0.999]},
+        "model": {"class": "Sequential", "0.weight": [16, 4], "0.bias": [16]},
     }
     return TrainingRun(**{**settings, **changes})  # type: ignore[arg-type]
 

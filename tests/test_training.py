@@ -338,6 +338,9 @@ def _epoch_search(model, x, y, generator, *, mutability=None, mature="neighbour"
         domain=None,
         mutability=mutability,
         data=data_fingerprint(x, y),
+        loader={},
+        optimizer={},
+        model={},
     )
     return epoch_search(run, generator, x, y, n_batches=1, n_classes=N_CLASSES)
 
@@ -716,6 +719,85 @@ def test_resume_refuses_other_constraints_and_update_rules(tmp_path, kwargs, nam
     # Only the field that changed is named.
     others = {"domain", "mutability", "accumulate", "fuse_cf_forwards", "data"} - {*kwargs}
     assert not any(f"{name}:" in message for name in others)
+
+
+def _resume_with(tmp_path, *, model=None, optimizer=None, loader=None, nepochs=4):
+    """Interrupt a run after two epochs, then resume it with its model, optimizer or loader
+    built otherwise (a callable of the model for the optimizer)."""
+    _interrupted_run(tmp_path)
+    x, y = toy_data()
+    torch.manual_seed(0)
+    model = model or mlp(N_FEATURES, (16,), N_CLASSES)
+    return counterfactual_training(
+        FullObjective(),
+        model,
+        NativeGenerator(maxiter=10, step_size=0.5),
+        loader or DeviceLoader(x, y, batch_size=30),
+        (optimizer or (lambda m: torch.optim.Adam(m.parameters(), 1e-2)))(model),
+        device="cpu",
+        nepochs=nepochs,
+        domain=(-3.0, 3.0),
+        burnin=0.25,
+        nce=30,
+        verbose=0,
+        checkpoint_dir=tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        (
+            {"optimizer": lambda m: torch.optim.Adam(m.parameters(), 0.5)},
+            "optimizer: 'lr': 0.01 in the checkpoint, 0.5 now",
+        ),
+        (
+            {"optimizer": lambda m: torch.optim.SGD(m.parameters(), 1e-2)},
+            "optimizer: 'class': 'Adam' in the checkpoint, 'SGD' now",
+        ),
+        ({"model": mlp(N_FEATURES, (32,), N_CLASSES)}, "model: "),
+        (
+            {"loader": DeviceLoader(*toy_data(), batch_size=15)},
+            "loader: 'batch_size': 30 in the checkpoint, 15 now",
+        ),
+        (
+            {"loader": DeviceLoader(*toy_data(), batch_size=30, shuffle=False)},
+            "loader: 'shuffle': True in the checkpoint, False now",
+        ),
+    ],
+    ids=["learning rate", "optimizer", "model width", "batch size", "shuffling"],
+)
+def test_resume_refuses_another_optimizer_model_or_batching(tmp_path, kwargs, named):
+    with pytest.raises(ValueError, match="belongs to another run") as info:
+        _resume_with(tmp_path, **kwargs)
+    assert named in str(info.value)
+    others = {"optimizer", "model", "loader", "data", "nce", "generator"} - {*kwargs}
+    assert not any(f"; {name}:" in str(info.value) for name in others)
+
+
+def test_a_finished_run_returns_its_model_trains_on_or_refuses_fewer_epochs(tmp_path, capsys):
+    _resume_with(tmp_path)  # interrupted after two epochs, then finished: four
+    finished = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["model"]
+    with pytest.raises(ValueError, match=r"finished 4 epochs, more than nepochs=3: ask for"):
+        toy_run(FullObjective(), nepochs=3, burnin=0.25, nce=30, checkpoint_dir=tmp_path)
+    # Called again as it was: nothing trains; the saved model and log come back, and it says so.
+    trained = []
+    model, log = toy_run(
+        FullObjective(),
+        nepochs=4,
+        burnin=0.25,
+        nce=30,
+        checkpoint_dir=tmp_path,
+        callback=lambda r: trained.append(r.epoch),
+        verbose=1,
+    )
+    assert trained == [] and [r.epoch for r in log] == [1, 2, 3, 4]
+    assert all(torch.equal(v, finished[k]) for k, v in model.state_dict().items())
+    assert "holds all 4 epochs: returning its model and log" in capsys.readouterr().out
+    # With burn-in 0 (so its length does not move with nepochs), more epochs train on.
+    toy_run(FullObjective(), nepochs=2, nce=30, checkpoint_dir=tmp_path / "b")
+    _, log = toy_run(FullObjective(), nepochs=3, nce=30, checkpoint_dir=tmp_path / "b")
+    assert [r.epoch for r in log] == [1, 2, 3]
 
 
 def test_resume_refuses_other_training_data(tmp_path):

@@ -53,7 +53,10 @@ from cfbook.training.run import (
     TrainingRun,
     data_fingerprint,
     domain_identity,
+    loader_identity,
+    model_identity,
     mutability_identity,
+    optimizer_identity,
 )
 
 __all__ = ["LOW_VALIDITY", "LowValidityWarning", "counterfactual_training", "training_tensors"]
@@ -243,13 +246,21 @@ def _resume(
     scaler: torch.amp.GradScaler | None,
     rng: torch.Generator,
     loader: object,
+    nepochs: int,
 ) -> tuple[int, list[EpochRecord]]:
-    """Restore the last completed epoch's state, if the checkpoint belongs to this very run;
-    returns the epoch to start from and the finished epochs' records."""
+    """Restore the last completed epoch's state, if the checkpoint belongs to this very run and
+    has not finished more than ``nepochs`` epochs; returns the epoch to start from and the
+    finished epochs' records."""
     state = load_checkpoint(checkpoint_dir)
     if state is None:
         return 1, []
     run.check_resumable(state.get("run"), Path(checkpoint_dir))
+    if state["epoch"] > nepochs:
+        raise ValueError(
+            f"the run in {checkpoint_dir} has finished {state['epoch']} epochs, more than "
+            f"nepochs={nepochs}: ask for nepochs={state['epoch']} (or more) to get its model, or "
+            "use another checkpoint_dir to train a shorter run afresh"
+        )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     if scaler is not None:
@@ -291,11 +302,14 @@ def counterfactual_training(
     at once) within ``domain`` and ``mutability`` (``None``: unconstrained, every feature free).
     With ``checkpoint_dir`` every epoch is saved and a repeated call resumes after the last
     completed one if it is the same run: the same objective, search, ``nce``, burn-in, ``amp``,
-    ``mature``, ``accumulate``, processes, domain, mutability and training data (a fingerprint);
-    otherwise it is refused, naming what differs. ``amp`` ("bf16", or "fp16" on CUDA) runs the
-    training forward passes under autocast. One host synchronisation per mini-batch remains:
-    the finiteness check of the loss, which skips the update of a non-finite loss with a
-    warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
+    ``mature``, ``accumulate``, processes, domain, mutability, training data (a fingerprint),
+    batching (batch size, shuffling, ``drop_last``), optimizer (its class and hyper-parameters)
+    and model (its class and parameter shapes); otherwise it is refused, naming what differs. A
+    finished run called again returns its saved model and log, or trains on when ``nepochs``
+    grew; a ``nepochs`` below the finished epochs is refused. ``amp`` ("bf16", or "fp16" on
+    CUDA) runs the training forward passes under autocast. One host synchronisation per
+    mini-batch remains: the finiteness check of the loss, which skips the update of a non-finite
+    loss with a warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
     ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
     ``log.meta["epoch_profile"]``. The training data are checked once, before any work
     (``cfbook.inputs``): flat float rows of the model's dtype and number of features, at least
@@ -330,6 +344,9 @@ def counterfactual_training(
         generator,
         x_all,
         y_all,
+        train_loader,
+        optimizer,
+        model,
         nce=nce,
         n_batches=len(train_loader),
         burnin_epochs=burnin_epochs,
@@ -351,7 +368,7 @@ def counterfactual_training(
     start, records = 1, []
     if checkpoint_dir is not None:
         start, records = _resume(
-            checkpoint_dir, run, model, optimizer, opts.scaler, t.rng, train_loader
+            checkpoint_dir, run, model, optimizer, opts.scaler, t.rng, train_loader, nepochs
         )
     # DDP broadcasts rank 0's weights when it wraps the model: after the resume, as before it.
     t.train_model = distributed.wrap_model(model, device)
@@ -416,6 +433,9 @@ def _identity(
     generator: Generator,
     x_all: Tensor,
     y_all: Tensor,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
     *,
     nce: int | None,
     n_batches: int,
@@ -446,6 +466,9 @@ def _identity(
         domain=domain_identity(domain, x_all.shape[1]) if searches else None,
         mutability=mutability_identity(mutability) if searches else None,
         data=data_fingerprint(x_all, y_all),
+        loader=loader_identity(loader),
+        optimizer=optimizer_identity(optimizer),
+        model=model_identity(model),
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from cfbook.search.constraints import Domain, Mutability, domain_bounds
 
@@ -39,10 +39,55 @@ def mutability_identity(mutability: Mutability) -> list[str] | None:
     return None if mutability is None else [str(v) for v in mutability]
 
 
+def _plain(value: Any) -> Any:
+    """A setting as plain values, the same after a round trip through a checkpoint (tuples come
+    back as lists, tensors as numbers)."""
+    if isinstance(value, Tensor):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def optimizer_identity(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's class and each parameter group's hyper-parameters (the first group's
+    under their own names, a later group's prefixed ``group <i>``), as given to it: a
+    scheduler's later changes are the run's, not its identity."""
+    out: dict[str, Any] = {"class": type(optimizer).__name__}
+    for i, group in enumerate(optimizer.param_groups):
+        prefix = "" if i == 0 else f"group {i} "
+        for key, value in group.items():
+            if key != "params":
+                out[prefix + key] = _plain(value)
+    return out
+
+
+def model_identity(model: nn.Module) -> dict[str, Any]:
+    """The model's class and the shape of each of its parameters and buffers."""
+    shapes = {name: list(t.shape) for name, t in model.state_dict().items()}
+    return {"class": type(model).__name__, **shapes}
+
+
+def loader_identity(loader: object) -> dict[str, Any]:
+    """How the loader batches: its batch size, whether it shuffles and whether it drops the
+    last, short batch (a torch ``DataLoader`` shuffles with a ``RandomSampler``)."""
+    sampler = getattr(loader, "sampler", None)
+    shuffle = getattr(loader, "shuffle", isinstance(sampler, torch.utils.data.RandomSampler))
+    return {
+        "batch_size": getattr(loader, "batch_size", None),
+        "shuffle": bool(shuffle),
+        "drop_last": bool(getattr(loader, "drop_last", False)),
+    }
+
+
 @dataclass(frozen=True)
 class TrainingRun:
     """Everything that decides a run's results epoch by epoch (not ``nepochs``: a finished run
-    may be extended). The first seven fields are what the log's meta records of it."""
+    may be extended): the objective and its search, the update rule, the constraints, the data
+    and how they are batched, the optimizer and the model's architecture. The first seven fields
+    are what the log's meta records of it."""
 
     objective: str
     lambdas: tuple[float, ...]
@@ -57,6 +102,9 @@ class TrainingRun:
     domain: list[list[float]] | None
     mutability: list[str] | None
     data: dict[str, Any]
+    loader: dict[str, Any]
+    optimizer: dict[str, Any]
+    model: dict[str, Any]
 
     def meta(self) -> dict[str, Any]:
         """The log's record of the run's settings."""
@@ -101,10 +149,13 @@ class TrainingRun:
 
 
 def _difference(name: str, saved: Any, now: Any) -> str:
-    """One differing field, briefly: for settings, the entries that differ; long values (a
-    domain, the data's hash) are not printed."""
+    """One differing field, briefly: for settings, the entries that differ (only the class,
+    where that differs: another optimizer's settings are all other); long values (a domain, the
+    data's hash) are not printed."""
     if isinstance(saved, dict) and isinstance(now, dict):
         keys = [k for k in {**saved, **now} if saved.get(k) != now.get(k)]
+        if "class" in keys:
+            keys = ["class"]
         parts = [f"{k!r}: {saved.get(k)!r} in the checkpoint, {now.get(k)!r} now" for k in keys]
         text = "; ".join(parts)
     else:
