@@ -235,8 +235,8 @@ def _log(seed, acc, implaus=None, implaus_valid=None, valid=None, burnin=1):
             reg_loss=None,
             adv_loss=None,
             time_taken=2.0 if i > burnin and implaus else 1.0,
-            percent_valid=valid[i - burnin - 1] if i > burnin and implaus else 1.0,
-            avg_iter=3.0,
+            percent_valid=valid[i - burnin - 1] if i > burnin and implaus else None,
+            avg_iter=3.0 if i > burnin and implaus else None,
             implaus_valid=implaus_valid[i - burnin - 1] if i > burnin and implaus else None,
         )
         for i, a in enumerate(acc, start=1)
@@ -280,8 +280,8 @@ def _page_log(times, implaus=None, burnin=2):
             reg_loss=None,
             adv_loss=None,
             time_taken=t,
-            percent_valid=1.0,
-            avg_iter=0.0,
+            percent_valid=None,
+            avg_iter=None,
         )
         for e, t in enumerate(times, start=1)
     ]

@@ -477,7 +477,7 @@ def test_smoke_logs_hold_the_expected_records(smoke_book: SmokeBook) -> None:
     assert [r.implaus is not None for r in full] == [e > burnin for e in epochs]
     assert [r.adv_loss is not None for r in full] == [e > burnin for e in epochs]
     assert all(r.implaus is None and r.reg_loss is None for r in vanilla)
-    assert all(r.percent_valid == 1.0 and r.avg_iter == 0.0 for r in vanilla)
+    assert all(r.percent_valid is None and r.avg_iter is None for r in vanilla)
 
 
 @pytest.mark.slow

@@ -37,8 +37,8 @@ def _log(times: list[float], burnin: int, **meta: object) -> TrainingLog:
             reg_loss=None,
             adv_loss=None,
             time_taken=t,
-            percent_valid=0.0,
-            avg_iter=0.0,
+            percent_valid=None,
+            avg_iter=None,
         )
         for k, t in enumerate(times, start=1)
     ]

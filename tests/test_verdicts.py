@@ -82,8 +82,8 @@ def _log(seed, acc, implaus=None, implaus_valid=None, valid=None, burnin=1, matu
                 reg_loss=0.0 if cf else None,
                 adv_loss=0.0 if cf else None,
                 time_taken=2.0 if cf else 1.0,
-                percent_valid=valid[i - burnin - 1] if cf else 1.0,
-                avg_iter=3.0,
+                percent_valid=valid[i - burnin - 1] if cf else None,
+                avg_iter=3.0 if cf else None,
                 implaus_valid=implaus_valid[i - burnin - 1] if cf else None,
             )
         )

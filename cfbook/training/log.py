@@ -22,7 +22,10 @@ class EpochRecord:
     are logged whenever counterfactuals exist, whatever the objective's weights. ``implaus``
     counts an invalid counterfactual (replaced by its neighbour) as 0; ``implaus_valid`` is the
     energy differential over the valid counterfactuals alone (``None`` when none was valid).
-    ``skipped_batches`` counts mini-batches whose non-finite loss skipped the update.
+    ``percent_valid`` and ``avg_iter`` (the share of the epoch's counterfactuals that reached
+    their target, and their mean search steps) are ``None`` in an epoch without a search (a
+    burn-in epoch, a baseline), as CT.jl logs ``nothing``. ``skipped_batches`` counts
+    mini-batches whose non-finite loss skipped the update.
     """
 
     epoch: int
@@ -33,8 +36,8 @@ class EpochRecord:
     reg_loss: float | None
     adv_loss: float | None
     time_taken: float
-    percent_valid: float
-    avg_iter: float
+    percent_valid: float | None
+    avg_iter: float | None
     implaus_valid: float | None = None
     skipped_batches: int = 0
 

@@ -587,8 +587,8 @@ def _record(
         reg_loss=None,
         adv_loss=None,
         time_taken=time_taken,
-        percent_valid=1.0,
-        avg_iter=0.0,
+        percent_valid=None,
+        avg_iter=None,
         skipped_batches=sums.skipped,
     )
     if cf is not None:
