@@ -945,3 +945,19 @@ def test_training_on_the_energy_differential_lowers_it_on_mnist():
     lower = [trained < untrained for trained, untrained in ends]
     assert sum(lower) >= 4, ends
     assert sum(t - u for t, u in ends) < 0, ends
+
+
+def test_few_counterfactuals_an_epoch_warn_as_ct_jl_does():
+    # 90 rows in batches of 30: the default, one per batch, is 3 (3.3 %), below CT.jl's 10 %.
+    with pytest.warns(UserWarning, match=r"3 counterfactuals an epoch \(the default, one per") as w:
+        toy_run(FullObjective(), nepochs=1)
+    assert "3.3% of the 90 training rows" in str(w[0].message) and "nce=9 or more" in str(
+        w[0].message
+    )
+    with pytest.warns(UserWarning, match=r"\(nce=8\) are 8.9%"):
+        toy_run(FullObjective(), nepochs=1, nce=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        toy_run(FullObjective(), nepochs=1, nce=9)  # 10 %: no warning
+        toy_run(VanillaObjective(), nepochs=1)  # no search, no counterfactuals to count
+    assert not [w for w in caught if "counterfactuals an epoch" in str(w.message)]

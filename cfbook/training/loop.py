@@ -7,6 +7,7 @@ the search, the log), resume it from a checkpoint, train one epoch, and record t
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -108,10 +109,27 @@ def _check_training_data(x: Tensor, y: Tensor) -> None:
     check_finite(x, "the training data")
 
 
+#: Below this share of the training rows searched per epoch, ``nce`` warns (CT.jl's
+#: ``_min_nce_ratio``).
+MIN_NCE_RATIO = 0.1
+
+
 def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
-    """``nce`` checked; CT.jl's default is one counterfactual per mini-batch."""
-    if nce is None:
-        return n_batches
+    """``nce`` checked; CT.jl's default is one counterfactual per mini-batch. Fewer than
+    ``MIN_NCE_RATIO`` of the training rows an epoch warns, as CT.jl does."""
+    resolved = n_batches if nce is None else _checked_nce(nce, n, n_batches)
+    if resolved < MIN_NCE_RATIO * n:
+        how = "the default, one per mini-batch" if nce is None else f"nce={nce}"
+        warn(
+            f"{resolved} counterfactuals an epoch ({how}) are {resolved / n:.1%} of the {n} "
+            f"training rows, below the {MIN_NCE_RATIO:.0%} under which CT.jl warns: CT learns "
+            f"from few counterfactuals each epoch. Pass nce={math.ceil(MIN_NCE_RATIO * n)} or "
+            "more"
+        )
+    return resolved
+
+
+def _checked_nce(nce: int, n: int, n_batches: int) -> int:
     require_int("nce", nce)
     if nce > n:
         raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
