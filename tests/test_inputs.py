@@ -414,3 +414,43 @@ def test_a_forward_mismatch_names_a_fix_that_runs():
     assert forward_mismatch(nn.LazyLinear(2), torch.zeros(4, 3)) is None
     with pytest.raises(ValueError, match=r"number the classes 0\.\.2, or give the model 6 outputs"):
         check_label_range(torch.tensor([0, 5]), 3)
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+class _Detached(nn.Module):
+    """A model whose forward cuts the graph between its input and its outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.detach())
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (nn.Sequential(_model(), nn.Softmax(dim=1)), "returns probabilities .* remove the final"),
+        (_Detached(), "no gradient reaches the model's input"),
+    ],
+    ids=["softmax", "detached"],
+)
+def test_a_model_ct_cannot_use_is_refused_before_any_work(model, message):
+    x, y = _data()
+    with pytest.raises(ValueError, match=message):
+        _train(x, y, model=model)
+    with pytest.raises(ValueError, match=message):
+        NativeGenerator(maxiter=2).generate(model, x[:4], _targets())
+    with pytest.raises(ValueError, match=message.replace("the model's", "model 'm''s")):
+        _evaluate(x, y, model=model)
+
+
+def test_log_probabilities_and_logits_pass():
+    # Log-softmax outputs are logits too (their softmax is the model's probabilities); a model's
+    # logits may happen to lie in [0, 1] without summing to 1.
+    x, y = _data()
+    _train(x, y, model=nn.Sequential(_model(), nn.LogSoftmax(dim=1)))
+    _train(x, y, model=nn.Sequential(_model(), nn.Sigmoid()))

@@ -160,17 +160,55 @@ class SearchParameters(Generator):
 def count_classes(
     model: nn.Module, x: Tensor, what: str = "x", var: str = "x", model_name: str = "the model"
 ) -> int:
-    """Number of classes the model outputs, from one sample in eval mode. A forward pass that
+    """Number of classes the model outputs, from a forward pass on a few rows in eval mode,
+    which also checks that the model is one CT can use (``check_logits``). A forward pass that
     fails on a dtype or a number of features that is not the model's says so (``what``,
     ``var`` and ``model_name`` name them: see ``cfbook.inputs``)."""
-    with torch.no_grad(), eval_mode(model):
+    rows = x[:PROBE_ROWS].detach()
+    if rows.is_floating_point():
+        rows = rows.clone().requires_grad_(True)
+    with torch.enable_grad(), eval_mode(model):
         try:
-            return model(x[:1]).shape[1]
+            out = model(rows)
         except RuntimeError as err:
             problem = forward_mismatch(model, x, what, var, model_name)
             if problem is None:
                 raise
             raise ValueError(problem) from err
+    check_logits(out, rows, model_name)
+    return out.shape[1]
+
+
+PROBE_ROWS = 8  # rows of the forward pass that checks a model before any work
+
+
+def check_logits(out: Tensor, rows: Tensor, model_name: str = "the model") -> None:
+    """Refuse a model CT cannot train or explain, from its outputs ``out`` on ``rows``: outputs
+    that are probabilities (the search and the energy differential need logits, and the
+    probability of a probability tops out below most targets), and outputs that no gradient
+    connects to the input (the search moves the input along that gradient)."""
+    if out.ndim == 2 and out.shape[1] > 1 and out.is_floating_point():
+        values = out.detach().float()
+        in_unit = bool(((values >= 0) & (values <= 1)).all())
+        if in_unit and torch.allclose(values.sum(1), torch.ones(len(values)), atol=1e-4):
+            raise ValueError(
+                f"{model_name} returns probabilities (every row of its outputs lies in [0, 1] "
+                "and sums to 1): counterfactual training and search need logits, the scores "
+                "before the softmax. Return logits: remove the final Softmax"
+            )
+    if not rows.requires_grad:
+        return
+    connected = out.requires_grad and out.is_floating_point()
+    if connected:
+        (grad,) = torch.autograd.grad(out.float().sum(), rows, allow_unused=True)
+        connected = grad is not None
+    if not connected:
+        raise ValueError(
+            f"no gradient reaches {model_name}'s input from its outputs (a .detach(), .item(), "
+            ".numpy(), argmax or torch.no_grad() inside its forward?): counterfactual search "
+            "moves the input along the gradient of the logits. Keep the forward pass "
+            "differentiable from input to logits"
+        )
 
 
 def prepare_search(
