@@ -30,6 +30,7 @@ from cfbook.training.counterfactuals import (
     epoch_counterfactuals,
     epoch_search,
 )
+from cfbook.training.loop import training_tensors
 from cfbook.training.run import TrainingRun, data_fingerprint
 
 N_FEATURES, N_CLASSES = 10, 3
@@ -961,3 +962,73 @@ def test_few_counterfactuals_an_epoch_warn_as_ct_jl_does():
         toy_run(FullObjective(), nepochs=1, nce=9)  # 10 %: no warning
         toy_run(VanillaObjective(), nepochs=1)  # no search, no counterfactuals to count
     assert not [w for w in caught if "counterfactuals an epoch" in str(w.message)]
+
+
+class _Weighted(torch.utils.data.Dataset):
+    """A data set of one's own whose items are (x, y, weight), as many pipelines' are."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.x[i].numpy(), int(self.y[i]), 1.0
+
+
+def test_any_map_style_dataset_trains_and_its_factuals_come_from_all_of_it():
+    x, y = toy_data()
+    full = torch.utils.data.TensorDataset(x, y)
+    part, _ = torch.utils.data.random_split(full, [60, 30], torch.Generator().manual_seed(0))
+    for dataset, rows in ((part, part.indices), (_Weighted(x, y), list(range(90)))):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=30, shuffle=True)
+        gathered_x, gathered_y = training_tensors(loader)
+        assert torch.equal(gathered_x, x[rows]) and torch.equal(gathered_y, y[rows])
+        torch.manual_seed(0)
+        model = mlp(N_FEATURES, (16,), N_CLASSES)
+        _, log = counterfactual_training(
+            FullObjective(),
+            model,
+            NativeGenerator(maxiter=10, step_size=0.5),
+            loader,
+            torch.optim.Adam(model.parameters(), 1e-2),
+            device="cpu",
+            nepochs=2,
+            nce=len(rows) // 3,
+            domain=(-3.0, 3.0),
+            verbose=0,
+        )
+        assert len(log) == 2 and log[-1].percent_valid is not None
+
+
+def test_a_dataset_where_a_loader_belongs_and_a_stream_are_refused():
+    x, y = toy_data()
+    dataset = torch.utils.data.TensorDataset(x, y)
+    with pytest.raises(
+        TypeError, match=r"is a TensorDataset, a data set, not a loader .*DataLoader"
+    ):
+        training_tensors(dataset)
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(zip(x, y, strict=True))
+
+    with pytest.raises(ValueError, match="map-style Dataset"):
+        training_tensors(torch.utils.data.DataLoader(Stream(), batch_size=30))
+
+    class Unlabelled(torch.utils.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return x[i]
+
+    with pytest.raises(ValueError, match=r"item 0 of the training set is a Tensor, not an \(x, y"):
+        training_tensors(torch.utils.data.DataLoader(Unlabelled(), batch_size=3))
+
+
+def test_a_device_loader_takes_numpy_arrays():
+    x, y = toy_data()
+    loader = DeviceLoader(x.numpy(), y.numpy(), batch_size=30)
+    assert torch.equal(loader.tensors[0], x) and torch.equal(loader.tensors[1], y)

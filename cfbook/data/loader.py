@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from cfbook.inputs import require_int
@@ -29,8 +30,8 @@ class DeviceLoader:
 
     def __init__(
         self,
-        x: torch.Tensor,
-        y: torch.Tensor,
+        x: torch.Tensor | np.ndarray,
+        y: torch.Tensor | np.ndarray,
         batch_size: int,
         shuffle: bool = True,
         seed: int = 0,
@@ -38,6 +39,8 @@ class DeviceLoader:
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
+        # NumPy arrays (or anything torch.as_tensor takes) are accepted where tensors are.
+        x, y = torch.as_tensor(x), torch.as_tensor(y)
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"x and y differ in length: {x.shape[0]} vs {y.shape[0]} samples")
         if x.device != y.device:

@@ -64,16 +64,56 @@ __all__ = ["LOW_VALIDITY", "LowValidityWarning", "counterfactual_training", "tra
 
 
 def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:
-    """The whole training set as tensors; factuals and neighbours are drawn from all of it."""
+    """The whole training set as tensors, gathered once: the epoch's factuals and their
+    neighbours are drawn from all of it. A ``DeviceLoader`` holds them already; a torch
+    ``DataLoader`` over any map-style ``Dataset`` (a ``TensorDataset``, a ``Subset`` of one, one
+    of your own) gives them item by item, each item's first two entries being ``x`` and ``y``."""
+    if isinstance(loader, torch.utils.data.Dataset):
+        raise TypeError(
+            f"train_loader is a {type(loader).__name__}, a data set, not a loader of mini-batches "
+            "(iterated, it yields single rows): wrap it, DataLoader(dataset, batch_size=..., "
+            "shuffle=True), or use cfbook.data.DeviceLoader(x, y, batch_size)"
+        )
     if hasattr(loader, "tensors"):
         return loader.tensors
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, torch.utils.data.TensorDataset) and len(dataset.tensors) >= 2:
         return dataset.tensors[0], dataset.tensors[1]
-    raise ValueError(
-        "train_loader must expose its data as tensors: use cfbook.data.DeviceLoader or a "
-        "torch DataLoader over a TensorDataset"
-    )
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
+        raise ValueError(
+            "train_loader must be a cfbook.data.DeviceLoader or a torch DataLoader over a "
+            "map-style Dataset (with __len__ and __getitem__): CT draws each epoch's factuals "
+            "from the whole training set, which a stream cannot give"
+        )
+    return _gathered(dataset)
+
+
+def _gathered(dataset: torch.utils.data.Dataset) -> tuple[Tensor, Tensor]:
+    """Every item of a map-style ``dataset`` stacked into ``(x, y)``."""
+    xs, ys = [], []
+    for i in range(len(dataset)):
+        item = dataset[i]
+        if not isinstance(item, (tuple, list)) or len(item) < 2:
+            raise ValueError(
+                f"item {i} of the training set is a {type(item).__name__}, not an (x, y, ...) "
+                "pair: its Dataset must return the input first and the label second"
+            )
+        xs.append(torch.as_tensor(item[0]))
+        ys.append(torch.as_tensor(item[1]))
+    if not xs:
+        return torch.empty(0), torch.empty(0, dtype=torch.long)
+    return torch.stack(xs), torch.stack(ys)
+
+
+def _batch(batch: object, b: int) -> tuple[Tensor, Tensor]:
+    """A mini-batch's inputs and labels: its first two entries (a third, such as a weight, is
+    not used)."""
+    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+        raise ValueError(
+            f"mini-batch {b} is a {type(batch).__name__}, not an (x, y, ...) pair: the loader's "
+            "batches must hold the inputs first and the labels second"
+        )
+    return torch.as_tensor(batch[0]), torch.as_tensor(batch[1])
 
 
 def _check_arguments(
@@ -224,7 +264,8 @@ def _train_epoch(
     n_batches, accumulate, scaler = len(loader), opts.accumulate, opts.scaler
     optimizer.zero_grad(set_to_none=True)
     update_ok = True
-    for b, (xb, yb) in enumerate(loader):
+    for b, batch in enumerate(loader):
+        xb, yb = _batch(batch, b)
         first = b - b % accumulate
         group = min(accumulate, n_batches - first)  # batches in this update
         last = b + 1 == first + group  # the batch whose backward pass precedes the update

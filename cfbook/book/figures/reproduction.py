@@ -1143,28 +1143,39 @@ def draw_text(
         return ""
     n_draws = len(readings[0].draw_means)
     keys = list(dict.fromkeys(r.key for r in readings))
-    parts = []
-    for r in readings:
-        side = (
-            "every model below it"
-            if r.high < r.paper
-            else "every model above it"
-            if r.low > r.paper
-            else "the paper's value inside their range"
+
+    def named(rs: list[DrawReading]) -> str:
+        return ", ".join(f"{NAMES[r.key]} {LABELS[r.measure]}" for r in rs)
+
+    spreads = "; ".join(
+        f"{NAMES[r.key]} {LABELS[r.measure]}: draws {r.between:.1f} apart, seeds {r.within:.1f}"
+        for r in readings
+    )
+    by_draw = [r for r in readings if r.follows_draw]
+    verdict = (
+        "every number follows the training seed, not the draw"
+        if not by_draw
+        else f"{named(by_draw)} follow the draw, the others the training seed"
+    )
+    inside = [r for r in readings if r.low <= r.paper <= r.high]
+    below = [r for r in readings if r.high < r.paper]
+    above = [r for r in readings if r.low > r.paper]
+    sides = [
+        f"{what} for {named(rs)}"
+        for what, rs in (
+            (f"the paper's value lies within the {n_draws * 3} models' range", inside),
+            ("every model lies below it", below),
+            ("every model lies above it", above),
         )
-        parts.append(
-            f"{NAMES[r.key]} {LABELS[r.measure]}: paper {r.paper:.1f}, our {n_draws * 3} models "
-            f"{r.low:.1f} to {r.high:.1f} ({side}); the draws' means "
-            f"{' / '.join(f'{v:.1f}' for v in r.draw_means)} lie {r.between:.1f} apart (standard "
-            f"deviation), the seeds within a draw {r.within:.1f}, so the number follows "
-            + ("the draw" if r.follows_draw else "the training seed, not the draw")
-        )
+        if rs
+    ]
     return (
         "All three seeds of a synthetic data set share one draw of its points. "
         f"{' and '.join(NAMES[k] for k in keys)} were drawn {n_draws - 1} more times (variants "
-        f"{', '.join(f'`{v}`' for v in DRAW_VARIANTS)}), each trained with the same three seeds. "
-        "A number follows the draw where the draws' means spread more than twice as far as the "
-        "seeds alone would move a mean of three (their spread within a draw over √3). "
-        + "; ".join(parts)
+        f"{', '.join(f'`{v}`' for v in DRAW_VARIANTS)}) and trained with the same three seeds. A "
+        "number follows the draw where the draws' means spread more than twice as far as the "
+        f"seeds alone would move a mean of three (their spread within a draw over √3). By that "
+        f"rule {verdict} (standard deviations: {spreads}). Across all draws, "
+        + "; ".join(sides)
         + "."
     )
