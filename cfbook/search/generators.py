@@ -189,10 +189,12 @@ def check_logits(out: Tensor, rows: Tensor, model_name: str = "the model") -> No
     connects to the input (the search moves the input along that gradient)."""
     if out.ndim == 2 and out.shape[1] > 1 and out.is_floating_point():
         values = out.detach().float()
-        in_unit = bool(((values >= 0) & (values <= 1)).all())
+        # Strictly inside (0, 1), as a softmax's outputs are: logits such as a hand-set model's
+        # exact 0 and 1 pass.
+        in_unit = bool(((values > 0) & (values < 1)).all())
         if in_unit and torch.allclose(values.sum(1), torch.ones(len(values)), atol=1e-4):
             raise ValueError(
-                f"{model_name} returns probabilities (every row of its outputs lies in [0, 1] "
+                f"{model_name} returns probabilities (every row of its outputs lies in (0, 1) "
                 "and sums to 1): counterfactual training and search need logits, the scores "
                 "before the softmax. Return logits: remove the final Softmax"
             )
