@@ -241,12 +241,12 @@ _UNCAPTIONED = """() => Array.from(document.querySelectorAll('.plotly-graph-div'
         figure = figure.parentElement.closest('figure');
     }
     const caption = figure && figure.querySelector(':scope > figcaption');
-    return !(caption && /^\\s*Figure\\s[\\d.]+:\\s*\\S/.test(caption.textContent));
+    return !(caption && /^\\s*Figure\\s[A-Z\\d.]+:\\s*\\S/.test(caption.textContent));
 }).map(div => div.id)"""
 _NUMBERS = """() => Object.fromEntries(Array.from(
     document.querySelectorAll('div.quarto-float[id^="fig-"]'),
     float => [float.id, float.querySelector(':scope > figure > figcaption').textContent
-        .match(/Figure\\s([\\d.]+):/)[1]]))"""
+        .match(/Figure\\s([A-Z\\d.]+):/)[1]]))"""
 _CODE = "() => Array.from(document.querySelectorAll('div.sourceCode pre'), pre => pre.innerText)"
 _HEATMAPS = """() => Array.from(
     document.querySelectorAll('#fig-microscope .plotly-graph-div g.hm image'),
@@ -286,7 +286,9 @@ def test_quarto_pages_over_http_load_draw_link_and_caption_cleanly(
     assert dead_links(links, quarto_site, fresh_clone / "_site", ids) == []
     # The nbconvert fallback numbers the figures as Quarto does.
     notebooks = [nbformat.read(notebook, as_version=4) for _, notebook in _pages(fresh_clone)]
-    assert _figure_numbers(notebooks, [page for page, _ in _pages(fresh_clone)]) == numbers
+    book = read_book(fresh_clone)
+    pages = [page for page, _ in _pages(fresh_clone)]
+    assert _figure_numbers(notebooks, pages, [book.numbers[c] for c in book.chapters]) == numbers
     shown = "\n".join(block for blocks in code.values() for block in blocks)
     assert "counterfactual_training(" in shown and ".generate(" in shown
     explains_machinery = {"book/setup.html", "book/training.html"}

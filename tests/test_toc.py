@@ -80,4 +80,13 @@ def test_appendices_that_are_notebooks_follow_the_chapters(tmp_path: Path) -> No
     assert read_book(tmp_path).chapters == tuple(
         map(Path, ("index.ipynb", "book/a.ipynb", "book/details.ipynb"))
     )
+    # Quarto numbers the chapters from the home page on and letters the appendices, the
+    # reference's pages included.
+    assert read_book(tmp_path).numbers == {
+        Path("index.ipynb"): "1",
+        Path("book/a.ipynb"): "2",
+        Path("book/details.ipynb"): "A",
+    }
+    _write_config(tmp_path, {"chapters": ["index.ipynb"], "appendices": appendices[::-1]})
+    assert read_book(tmp_path).numbers[Path("book/details.ipynb")] == "B"
     assert read_book(REPO).chapters[-1] == Path("book/paper_details.ipynb")

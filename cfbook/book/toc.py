@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,9 @@ class Book:
     project_dir: Path
     title: str
     chapters: tuple[Path, ...]  # relative to project_dir: index.ipynb, book/setup.ipynb, ...
+    # Each notebook's number as Quarto gives it: the chapters 1, 2, ... (the home page is 1), an
+    # appendix its letter among all appendices, the API reference's pages included.
+    numbers: dict[Path, str] = field(default_factory=dict)
 
     def chapter(self, name: str) -> Path:
         """The chapter whose file is called ``name`` (e.g. ``training.ipynb``)."""
@@ -57,6 +60,8 @@ def read_book(project_dir: str | Path) -> Book:
     if not chapters:
         raise ValueError(f"{config_path}: book.chapters lists no chapters")
     appendices = [Path(a) for a in _flatten_chapters(book.get("appendices") or [])]
+    numbers = {c: str(i) for i, c in enumerate(chapters, start=1)}
+    numbers |= {a: chr(ord("A") + i) for i, a in enumerate(appendices) if a.suffix == ".ipynb"}
     chapters += [a for a in appendices if a.suffix == ".ipynb"]
     if chapters[0] != HOME_PAGE:
         raise ValueError(
@@ -71,4 +76,4 @@ def read_book(project_dir: str | Path) -> Book:
         )
     if len(set(chapters)) != len(chapters):
         raise ValueError(f"{config_path}: a chapter is listed twice")
-    return Book(project_dir, str(book.get("title") or "cfbook"), tuple(chapters))
+    return Book(project_dir, str(book.get("title") or "cfbook"), tuple(chapters), numbers)

@@ -202,11 +202,13 @@ def cell_options(source: str) -> tuple[dict[str, str], str]:
     return options, "\n".join(lines)
 
 
-def _figure_numbers(notebooks: list[nbformat.NotebookNode], pages: list[str]) -> dict[str, tuple]:
-    """``label -> (page, "Figure c.k")`` as Quarto numbers them: chapter c (the home page is
-    chapter 1), figure k within it."""
-    numbers = {}
-    for c, (nb, page) in enumerate(zip(notebooks, pages, strict=True), start=1):
+def _figure_numbers(
+    notebooks: list[nbformat.NotebookNode], pages: list[str], numbers: list[str]
+) -> dict[str, tuple]:
+    """``label -> (page, "Figure c.k")`` as Quarto numbers them: ``c`` the notebook's number
+    (``Book.numbers``: chapters 1, 2, ..., appendices A, B, ...), ``k`` the figure within it."""
+    out = {}
+    for nb, page, c in zip(notebooks, pages, numbers, strict=True):
         k = 0
         for cell in nb.cells:
             label = (
@@ -214,8 +216,8 @@ def _figure_numbers(notebooks: list[nbformat.NotebookNode], pages: list[str]) ->
             )
             if label.startswith("fig-"):
                 k += 1
-                numbers[label] = (page, f"Figure {c}.{k}")
-    return numbers
+                out[label] = (page, f"Figure {c}.{k}")
+    return out
 
 
 def _as_quarto_would(nb: nbformat.NotebookNode, page: str, figures: dict[str, tuple]) -> None:
@@ -267,7 +269,8 @@ def render_with_nbconvert(book: Book, source_dir: Path, site_dir: Path) -> Path:
         template_file="cfbook.html.j2",
         extra_loaders=[jinja2.DictLoader({"cfbook.html.j2": _TEMPLATE})],
     )
-    figures = _figure_numbers(notebooks, [page for page, _ in pages])
+    numbers = [book.numbers[c] for c in book.chapters]
+    figures = _figure_numbers(notebooks, [page for page, _ in pages], numbers)
     for i, (chapter, nb) in enumerate(zip(book.chapters, notebooks, strict=True)):
         page, title = pages[i]
         _as_quarto_would(nb, page, figures)
