@@ -78,17 +78,18 @@ def require_number(name: str, value: object, kind: str, valid: Callable[[float],
 
 
 def check_features(x: object, what: str = "x", var: str = "x") -> None:
-    """``x`` is a floating-point tensor of shape (n_samples, n_features)."""
-    need = "a floating-point tensor of shape (n_samples, n_features)"
+    """``x`` is a floating-point tensor of shape (n_samples, ...): flat rows (n_samples,
+    n_features) or samples of any shape, such as images (n_samples, channels, height, width)."""
+    need = "a floating-point tensor of shape (n_samples, n_features) or (n_samples, ...)"
     if not isinstance(x, Tensor):
         raise TypeError(
             f"{what} must be {need}, got a {type(x).__name__}: convert with "
             f"torch.as_tensor({var}, dtype=torch.float32)"
         )
-    if x.ndim != 2:
+    if x.ndim < 2:
         raise ValueError(
-            f"{what} must be {need}, got shape {tuple(x.shape)}: flatten each sample into one "
-            f"row ({var}.flatten(1))"
+            f"{what} must be {need}, got shape {tuple(x.shape)}: give each sample its own row "
+            f"({var}[:, None] for one feature per sample, {var}[None] for one sample)"
         )
     if not x.is_floating_point():
         raise ValueError(
@@ -173,7 +174,8 @@ def forward_mismatch(
     model: nn.Module, x: Tensor, what: str = "x", var: str = "x", model_name: str = "the model"
 ) -> str | None:
     """Why ``model`` cannot take ``x``, where that can be told: a dtype that is not its
-    parameters' or a number of features that is not its first ``nn.Linear``'s. For a forward
+    parameters', a number of features that is not its first ``nn.Linear``'s, or samples of
+    several dimensions given to a model that starts with an ``nn.Linear``. For a forward
     pass that failed: None means the failure is something else."""
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if len(dtypes) == 1 and x.dtype not in dtypes:
@@ -187,7 +189,20 @@ def forward_mismatch(
             f"(or the model with model.{to_data})"
         )
     features = _input_features(model)
-    if features is not None and x.ndim == 2 and x.shape[1] != features:
+    if features is None or x.ndim < 2:
+        return None
+    if x.ndim > 2:
+        fix = (
+            f"start the model with nn.Flatten(), or pass {var}.flatten(1)"
+            if x[0].numel() == features
+            else f"build the model for inputs of that shape ({x[0].numel()} numbers a sample)"
+        )
+        return (
+            f"{what} {_verb(what, 'has', 'have')} samples of shape {tuple(x.shape[1:])} but "
+            f"{model_name} starts with an nn.Linear of {features} in_features, which takes "
+            f"flat rows: {fix}"
+        )
+    if x.shape[1] != features:
         return (
             f"{what} {_verb(what, 'has', 'have')} {x.shape[1]} features, {model_name} takes "
             f"{features}: pass the {features} features the model was built for, or build it "

@@ -80,7 +80,7 @@ def test_an_immutable_group_is_left_out_and_the_groups_after_it_kept():
     code = _code(
         domain=None,
         mutability=["none", "none", "both", "both", "both"],
-        n_features=5,
+        shape=5,
         categorical=[[0, 1], [2, 3], [4]],
     )
     x = torch.tensor([[0.3, 0.9, 0.2, 0.7, 0.2]])
@@ -91,7 +91,7 @@ def test_decoding_respects_the_bounds_of_each_column():
     # Column 0 may not be 1 (its upper bound 0.5), column 1 may (bounds (1, 1)), column 2 may
     # (bounds (0, 2)), column 3 may not (lower bound 1.5); column 4, binary, is clipped to 0.5.
     domain = [(0.0, 0.5), (1.0, 1.0), (0.0, 2.0), (1.5, 3.0), (0.0, 0.5)]
-    code = _code(domain=domain, mutability=None, n_features=5, categorical=[[0, 1, 2, 3], [4]])
+    code = _code(domain=domain, mutability=None, shape=5, categorical=[[0, 1, 2, 3], [4]])
     assert code.eligible.tolist() == [[False, True, True, False]]
     rows = torch.tensor(
         [[0.9, 0.1, 0.2, 0.3, 0.9], [0.0, 0.8, 0.1, 0.9, 0.2], [0.0, 0.1, 0.8, 0.9, 0.9]]
@@ -113,8 +113,8 @@ def test_infer_domain_of_two_samples_uses_their_spread():
 def test_domain_shapes_and_entries_are_checked():
     for domain, message in [
         ((1.0, 2.0, 3.0), "domain must be a \\(low, high\\) pair"),
-        (torch.zeros(3), "shape \\(n_features, 2\\), got \\(3,\\)"),
-        (torch.zeros(3, 3), "shape \\(n_features, 2\\), got \\(3, 3\\)"),
+        (torch.zeros(3), "shape \\(n_features, 2\\) or \\(3, 2\\), got \\(3,\\)"),
+        (torch.zeros(3, 3), "shape \\(n_features, 2\\) or \\(3, 2\\), got \\(3, 3\\)"),
         ([(0, 1), (2, 2), (3, 1)], "domain entry 2 is not"),
         ([(0, 1), (1, 0), (3, 1)], "domain entry 1 is not"),
     ]:

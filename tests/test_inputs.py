@@ -359,7 +359,9 @@ def test_the_test_set_is_named_in_every_message_of_paper_evaluate():
     x, y = _data()
     with pytest.raises(TypeError, match=r"^x_test must be .*torch\.as_tensor\(x_test"):
         _evaluate(x.tolist(), y)
-    with pytest.raises(ValueError, match=r"^x_test must be .*\(x_test\.flatten\(1\)\)"):
+    with pytest.raises(ValueError, match=r"^x_test must be .*\(x_test\[:, None\] for one"):
+        _evaluate(x[:, 0], y)
+    with pytest.raises(ValueError, match=r"^model 'm' must return logits of shape \(n_samples"):
         _evaluate(x[:, None, :], y)
     with pytest.raises(ValueError, match=r"^the test set is empty \(0 rows\): pass x_test and"):
         _evaluate(x[:0], y[:0])

@@ -503,10 +503,11 @@ def test_the_arguments_edges_are_accepted(capsys):
 
 @pytest.mark.parametrize(
     ("x", "got"),
-    [(toy_data()[0][:, :, None], "got shape (90, 10, 1)"), (toy_data()[0].long(), "got int64")],
+    [(toy_data()[0][:, 0], "got shape (90,)"), (toy_data()[0].long(), "got int64")],
 )
 def test_training_data_of_another_shape_or_type_are_named(x, got):
-    need = "the training data must be a floating-point tensor of shape (n_samples, n_features), "
+    need = "the training data must be a floating-point tensor of shape (n_samples, n_features) "
+    need += "or (n_samples, ...), "
     with pytest.raises(ValueError, match=re.escape(need + got)):
         train_one_epoch_on(x, toy_data()[1])
 

@@ -68,7 +68,7 @@ def attack_accuracy(
     sign steps of ``step_size`` (default 2.5 eps / steps), from the inputs or, with
     ``random_start``, from seeded uniform points of the eps ball; ``**PAPER_PGD`` gives the
     paper's attack."""
-    c = make_constraints(domain, None, x.shape[1], device=x.device, dtype=x.dtype)
+    c = make_constraints(domain, None, x.shape[1:], device=x.device, dtype=x.dtype)
     out: dict[str, Any] = {"clean": accuracy(model, x, y), "epsilons": [float(e) for e in epsilons]}
     out.update({name: [] for name in ATTACKS})
     rng = torch.Generator(device=x.device).manual_seed(seed)

@@ -49,8 +49,9 @@ def is_valid(model: nn.Module, counterfactuals: Tensor, target: Tensor) -> Tenso
 
 
 def cost(factuals: Tensor, counterfactuals: Tensor) -> Tensor:
-    """L1 distance of each counterfactual from its factual."""
-    return (counterfactuals - factuals).abs().sum(1)
+    """L1 distance of each counterfactual from its factual (over all of a sample's numbers,
+    for flat rows and samples of any shape alike)."""
+    return (counterfactuals - factuals).abs().flatten(1).sum(1)
 
 
 def implausibility(counterfactuals: Tensor, reference: Tensor) -> float:
@@ -58,7 +59,7 @@ def implausibility(counterfactuals: Tensor, reference: Tensor) -> float:
     (``reference``), over every pair."""
     if counterfactuals.shape[0] == 0 or reference.shape[0] == 0:
         raise ValueError("implausibility needs at least one counterfactual and one reference")
-    return float(torch.cdist(counterfactuals, reference, p=1).mean())
+    return float(torch.cdist(counterfactuals.flatten(1), reference.flatten(1), p=1).mean())
 
 
 def mmd2(a: Tensor, b: Tensor, bandwidth: float | None = None) -> float:
@@ -72,7 +73,7 @@ def mmd2_at(a: Tensor, b: Tensor, bandwidths: Sequence[float | None]) -> list[fl
     most of the work, and the protocol measures IP* at two length scales."""
     if a.shape[0] < 2 or b.shape[0] < 2:
         raise ValueError("mmd2 needs at least two samples on each side")
-    both = torch.cat([a, b])
+    both = torch.cat([a, b]).flatten(1)  # samples of any shape as flat rows
     sq = torch.cdist(both, both).square()
     n, m = a.shape[0], b.shape[0]
     out = []

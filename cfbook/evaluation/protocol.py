@@ -153,7 +153,7 @@ class _WholeClasses:
             rows = (valid & (target == c)).nonzero().flatten()
             if m.shape[0] <= WHOLE_CLASS * limit and rows.numel():
                 self._slot[rows] = torch.arange(rows.numel(), device=cf.device)
-                self._distances[c] = torch.cdist(cf[rows], m, p=1)
+                self._distances[c] = torch.cdist(cf[rows].flatten(1), m.flatten(1), p=1)
 
     def run(self, offset: int) -> _WholeClasses:
         """The same matrices for the run whose rows start at ``offset``."""
@@ -215,7 +215,7 @@ def _run_measures(
 
 
 def _check_test_set(models: Mapping[str, nn.Module], x_test: Tensor, y_test: Tensor) -> None:
-    """The test set checked once, before any search: flat float rows, at least one, all finite,
+    """The test set checked once, before any search: float samples, at least one, all finite,
     one integer label each, and rows and labels that every model takes."""
     check_features(x_test, "x_test", "x_test")
     check_not_empty(

@@ -1,19 +1,25 @@
 """Feature constraints of the counterfactual search: domain bounds and mutability.
 
-Both are validated once and turned into device tensors, so the search loop applies them with a few
-elementwise kernels and no Python per feature.
+Both are validated once and turned into device tensors of one sample's shape, so the search loop
+applies them with a few elementwise kernels and no Python per feature, to flat rows
+``(N, n_features)`` and to samples of any shape ``(N, *shape)`` (images) alike. A feature is one
+number of a sample; "per feature" means one entry per number, in ``x[0].flatten()`` order, or
+nested in the sample's shape.
 
-``domain`` is one ``(low, high)`` pair for every feature, one pair per feature, or an
-``(n_features, 2)`` tensor. ``domain=None`` means the same everywhere in cfbook (``generate``,
+``domain`` is one ``(low, high)`` pair for every feature, one pair per feature, an
+``(n_features, 2)`` or ``(*shape, 2)`` tensor, or a pair of tensors (low, high) of one sample's
+shape. ``domain=None`` means the same everywhere in cfbook (``generate``,
 ``counterfactual_training``, ``paper_evaluate``, ``attack_accuracy``): no bounds, the search
 may move a feature anywhere. ``infer_domain(x)`` gives the data's own range as CT.jl infers it.
-``mutability`` is one of ``MUTABILITY_VALUES`` per feature; ``None``: every feature is free.
-``categorical`` lists the one-hot groups, each a sequence of column indices (``None``: none; see
-``CategoricalCode`` for how the search decodes them, as CounterfactualExplanations.jl does).
+``mutability`` is one of ``MUTABILITY_VALUES`` per feature (flat or nested in the sample's
+shape); ``None``: every feature is free. ``categorical`` lists the one-hot groups of flat rows,
+each a sequence of column indices (``None``: none; see ``CategoricalCode`` for how the search
+decodes them, as CounterfactualExplanations.jl does).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +31,8 @@ MUTABILITY_VALUES = ("both", "none", "increase", "decrease")
 Domain = Sequence[tuple[float, float]] | tuple[float, float] | Tensor | None
 Mutability = Sequence[str] | None
 Categorical = Sequence[Sequence[int]] | None
+#: One sample's shape, or (for flat rows) its number of features.
+Shape = int | Sequence[int]
 
 # How the gradient of a search passes the decoding of its one-hot groups (see CategoricalCode).
 CATEGORICAL_GRADIENTS = ("frozen", "straight_through")
@@ -32,7 +40,8 @@ CATEGORICAL_GRADIENTS = ("frozen", "straight_through")
 
 @dataclass
 class Constraints:
-    """Per-feature bounds and step masks on the search device (masks are ``None`` when all free)."""
+    """Per-feature bounds and step masks on the search device, each of one sample's shape, so
+    that they broadcast over a batch (masks are ``None`` when all free)."""
 
     lower: Tensor | None
     upper: Tensor | None
@@ -234,25 +243,49 @@ def infer_domain(x: Tensor) -> Tensor:
     return torch.stack([lower, upper], dim=1)
 
 
-def domain_bounds(domain: Domain, n_features: int) -> Tensor:
-    """``domain`` (not None) as an (n_features, 2) float64 tensor of (low, high) rows, checked."""
-    if isinstance(domain, Tensor):
-        bounds = domain.detach().to("cpu", torch.float64)
+def _sample_shape(shape: Shape) -> tuple[int, ...]:
+    return (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+
+
+def domain_bounds(domain: Domain, shape: Shape) -> Tensor:
+    """``domain`` (not None) as an (n_features, 2) float64 tensor of (low, high) rows, checked;
+    ``shape`` is one sample's shape (or its number of features)."""
+    shape = _sample_shape(shape)
+    n_features = math.prod(shape)
+    if isinstance(domain, Tensor) or hasattr(domain, "__array__"):
+        bounds = torch.as_tensor(domain).detach().to("cpu", torch.float64)
+        if bounds.shape == (*shape, 2):
+            bounds = bounds.reshape(n_features, 2)
     elif (
         isinstance(domain, tuple | list)
         and len(domain) == 2
         and all(isinstance(v, int | float) for v in domain)
     ):
         bounds = torch.tensor([domain], dtype=torch.float64).expand(n_features, 2)
+    elif (
+        isinstance(domain, tuple | list)
+        and len(domain) == 2
+        and all(isinstance(v, Tensor) or hasattr(v, "__array__") for v in domain)
+    ):
+        low, high = (torch.as_tensor(v).detach().to("cpu", torch.float64) for v in domain)
+        if low.shape != shape or high.shape != shape:
+            raise ValueError(
+                f"domain's (low, high) tensors must each have one sample's shape {shape}, got "
+                f"{tuple(low.shape)} and {tuple(high.shape)}"
+            )
+        bounds = torch.stack([low.flatten(), high.flatten()], 1)
     else:
         try:
             bounds = torch.tensor([tuple(pair) for pair in domain], dtype=torch.float64)
         except (TypeError, ValueError) as err:
             raise ValueError(
-                "domain must be a (low, high) pair or one (low, high) pair per feature"
+                "domain must be a (low, high) pair, one (low, high) pair per feature, or a pair "
+                "of tensors (low, high) of one sample's shape"
             ) from err
     if bounds.ndim != 2 or bounds.shape[1] != 2:
-        raise ValueError(f"domain must have shape (n_features, 2), got {tuple(bounds.shape)}")
+        raise ValueError(
+            f"domain must have shape (n_features, 2) or {(*shape, 2)}, got {tuple(bounds.shape)}"
+        )
     if bounds.shape[0] != n_features:
         raise ValueError(
             f"domain has {bounds.shape[0]} entries but the data has {n_features} features"
@@ -263,10 +296,14 @@ def domain_bounds(domain: Domain, n_features: int) -> Tensor:
     return bounds
 
 
-def _mutability_masks(mutability: Mutability, n_features: int) -> dict[str, Tensor]:
+def mutability_values(mutability: Mutability, shape: Shape) -> list[str]:
+    """``mutability`` (not None) as one value per feature, flat, checked: a sequence of
+    ``n_features`` values, or values nested in one sample's ``shape`` (lists, an array)."""
+    shape = _sample_shape(shape)
+    n_features = math.prod(shape)
     if isinstance(mutability, str):
         raise ValueError("mutability must be a sequence with one value per feature, not a string")
-    values = list(mutability)
+    values = _flat_values(mutability, shape)
     if len(values) != n_features:
         raise ValueError(
             f"mutability has {len(values)} entries but the data has {n_features} features"
@@ -276,36 +313,66 @@ def _mutability_masks(mutability: Mutability, n_features: int) -> dict[str, Tens
         raise ValueError(
             f"mutability values must be one of {', '.join(MUTABILITY_VALUES)}; got {unknown}"
         )
+    return [str(v) for v in values]
+
+
+def _flat_values(values: object, shape: tuple[int, ...]) -> list[object]:
+    """A flat list of values, or values nested along ``shape``, as one flat list."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, str) or not hasattr(values, "__iter__"):
+        return [values]
+    values = list(values)
+    if len(shape) < 2 or all(isinstance(v, str) for v in values):
+        return values
+    return [v for part in values for v in _flat_values(part, shape[1:])]
+
+
+def _mutability_masks(values: list[str], shape: tuple[int, ...]) -> dict[str, Tensor]:
     return {
-        "immutable": torch.tensor([v == "none" for v in values]),
-        "increase_only": torch.tensor([v == "increase" for v in values]),
-        "decrease_only": torch.tensor([v == "decrease" for v in values]),
+        name: torch.tensor([v == value for v in values]).reshape(shape)
+        for name, value in (
+            ("immutable", "none"),
+            ("increase_only", "increase"),
+            ("decrease_only", "decrease"),
+        )
     }
 
 
 def make_constraints(
     domain: Domain,
     mutability: Mutability,
-    n_features: int,
+    shape: Shape,
     *,
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
     categorical: Categorical = None,
 ) -> Constraints:
-    """Check ``domain``, ``mutability`` and ``categorical`` against ``n_features``; place them
-    on ``device``."""
+    """Check ``domain``, ``mutability`` and ``categorical`` against one sample's ``shape`` (or,
+    for flat rows, the number of features); place them on ``device`` in that shape. One-hot
+    groups are columns of flat rows: samples of several dimensions take none."""
+    shape = _sample_shape(shape)
+    n_features = math.prod(shape)
     lower = upper = None
     host_bounds = None
     if domain is not None:
-        host_bounds = domain_bounds(domain, n_features)
+        host_bounds = domain_bounds(domain, shape)
         bounds = host_bounds.to(dtype).to(device)  # the values the search compares with
-        lower, upper = bounds[:, 0].contiguous(), bounds[:, 1].contiguous()
+        lower = bounds[:, 0].reshape(shape).contiguous()
+        upper = bounds[:, 1].reshape(shape).contiguous()
     masks: dict[str, Tensor] = {}
+    values = None
     if mutability is not None:
-        masks = _mutability_masks(mutability, n_features)
+        values = mutability_values(mutability, shape)
+        masks = _mutability_masks(values, shape)
         if not any(bool(m.any()) for m in masks.values()):
             masks = {}  # every feature is free: skip the masking kernels entirely
         masks = {k: m.to(device) for k, m in masks.items()}
     groups = categorical_groups(categorical, n_features)
-    code = _categorical_code(groups, mutability, host_bounds, device, dtype) if groups else None
+    if groups and len(shape) > 1:
+        raise ValueError(
+            f"categorical groups are columns of flat rows, but the samples have shape {shape}: "
+            "flatten them (x.flatten(1)) to search with one-hot groups"
+        )
+    code = _categorical_code(groups, values, host_bounds, device, dtype) if groups else None
     return Constraints(lower, upper, **masks, categorical=code)

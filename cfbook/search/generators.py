@@ -1,8 +1,8 @@
 """Counterfactual search with the ECCo-style gradient generator of CounterfactualTraining.jl.
 
-``NativeGenerator`` searches a whole ``N x D`` batch at once on the model's device;
-``ReferenceGenerator`` walks one sample at a time and is the oracle the batched search is tested
-against. Both implement ``cfbook.search.interface.Generator``.
+``NativeGenerator`` searches a whole batch (flat rows or samples of any shape) at once on the
+model's device; ``ReferenceGenerator`` walks one sample at a time and is the oracle the batched
+search is tested against. Both implement ``cfbook.search.interface.Generator``.
 """
 
 from __future__ import annotations
@@ -187,7 +187,15 @@ def check_logits(out: Tensor, rows: Tensor, model_name: str = "the model") -> No
     that are probabilities (the search and the energy differential need logits, and the
     probability of a probability tops out below most targets), and outputs that no gradient
     connects to the input (the search moves the input along that gradient)."""
-    if out.ndim == 2 and out.shape[1] > 1 and out.is_floating_point():
+    if not isinstance(out, Tensor) or out.ndim != 2:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(
+            f"{model_name} must return logits of shape (n_samples, n_classes), got {got} for "
+            f"{len(rows)} samples of shape {tuple(rows.shape[1:])}: end its forward pass with "
+            "one score per class for each sample (an nn.Flatten() before the last nn.Linear "
+            "makes a convolutional model's output flat)"
+        )
+    if out.shape[1] > 1 and out.is_floating_point():
         values = out.detach().float()
         # Strictly inside (0, 1), as a softmax's outputs are: logits such as a hand-set model's
         # exact 0 and 1 pass.
@@ -237,7 +245,7 @@ def prepare_search(
         if low < 0 or high >= n_classes:
             raise ValueError(f"target classes must lie in [0, {n_classes - 1}], got {low}..{high}")
     constraints = make_constraints(
-        domain, mutability, x.shape[1], device=device, dtype=x.dtype, categorical=categorical
+        domain, mutability, x.shape[1:], device=device, dtype=x.dtype, categorical=categorical
     )
     return x, target, constraints
 
@@ -312,7 +320,9 @@ class NativeGenerator(SearchParameters):
         record: bool = False,
         lambda_energy: Tensor | Sequence[float] | None = None,
     ) -> CounterfactualResult:
-        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,).
+        """Search counterfactuals of ``x`` for classes ``target`` (N,): flat rows ``(N,
+        n_features)`` or samples of any shape ``(N, *shape)``, such as images, which the model
+        takes as they are (``domain`` and ``mutability``: see ``cfbook.search.constraints``).
 
         ``categorical``: the one-hot groups (sequences of column indices), decoded at every
         step (see ``SearchParameters`` and ``cfbook.search.constraints.CategoricalCode``).
@@ -448,8 +458,8 @@ class ReferenceGenerator(SearchParameters):
         categorical: Categorical = None,
         lambda_energy: Tensor | Sequence[float] | None = None,
     ) -> CounterfactualResult:
-        """Search counterfactuals of ``x`` (N x D) for classes ``target`` (N,), sample by sample
-        (``categorical`` and ``lambda_energy``: as ``NativeGenerator.generate``)."""
+        """Search counterfactuals of ``x`` (``(N, ...)``) for classes ``target`` (N,), sample by
+        sample (``categorical`` and ``lambda_energy``: as ``NativeGenerator.generate``)."""
         x, target, constraints = prepare_search(model, x, target, domain, mutability, categorical)
         weights = row_weights(lambda_energy, x.shape[0])
         results = []

@@ -22,7 +22,7 @@ _RESULT_FIELDS = ("counterfactual", "nascent", "valid", "iterations")
 @dataclass
 class CounterfactualResult:
     """Per sample: final point, nascent (adversarial) point, validity, steps taken; and, when the
-    search was asked to record them, every iterate (``path``: ``(maxiter + 1, N, D)``, the
+    search was asked to record them, every iterate (``path``: ``(maxiter + 1, N, ...)``, the
     factuals first)."""
 
     counterfactual: Tensor
@@ -50,8 +50,9 @@ class CounterfactualResult:
 class Generator(Protocol):
     """A counterfactual search, as ``counterfactual_training`` and the evaluation use it.
 
-    ``generate`` searches one counterfactual per row of ``x`` (N x D) towards ``target`` (N,
-    integer classes), within ``domain`` and ``mutability`` (``None``: unconstrained, every
+    ``generate`` searches one counterfactual per sample of ``x`` (flat rows ``(N, n_features)``
+    or samples of any shape ``(N, *shape)``, e.g. images) towards ``target`` (N, integer
+    classes), within ``domain`` and ``mutability`` (``None``: unconstrained, every
     feature free; see ``cfbook.search.constraints``), with the one-hot groups ``categorical``
     (sequences of column indices; ``None``: none) decoded to one category each, as
     ``NativeGenerator`` does (a search of one's own that takes no groups may leave the keyword

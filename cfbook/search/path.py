@@ -23,7 +23,7 @@ def search_path(
     domain: Domain = None,
     mutability: Mutability = None,
 ) -> Tensor:
-    """``(maxiter + 1, N, D)``: the factuals, then each iteration's points of the search that
+    """``(maxiter + 1, N, ...)``: the factuals, then each iteration's points of the search that
     ``generator``'s settings define (``NativeGenerator(compile=False)`` ends at the last one)."""
     found = generator.generate(model, x, target, domain=domain, mutability=mutability, record=True)
     return found.path
@@ -56,8 +56,8 @@ def record_search(
     domain: Domain = None,
     mutability: Mutability = None,
 ) -> SearchRecord:
-    """Search one factual ``x`` (D,) towards class ``target`` and keep every iterate with its
-    target probability and its L-inf distance from ``x``."""
+    """Search one factual ``x`` (one sample, of any shape) towards class ``target`` and keep
+    every iterate with its target probability and its L-inf distance from ``x``."""
     path = search_path(
         generator,
         model,
@@ -68,7 +68,7 @@ def record_search(
     )[:, 0]
     with torch.no_grad(), eval_mode(model):
         prob = model(path).float().softmax(1)[:, target]
-    distance = (path - path[0]).abs().amax(1)
+    distance = (path - path[0]).abs().flatten(1).amax(1)
     reached = (prob >= generator.tau).nonzero().flatten().tolist()
     stop = reached[0] if reached else generator.maxiter
     within = (distance[: stop + 1] <= generator.epsilon).nonzero().flatten().tolist()

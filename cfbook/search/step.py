@@ -12,6 +12,10 @@ With one-hot groups (``StepLayout.categorical``) the model, the cost and the con
 the decoded point, the gradient there is applied to the state unchanged (straight through the
 decoding) and, when ``frozen``, the state is overwritten by its decoding after each step (see
 ``cfbook.search.constraints.CategoricalCode``).
+
+The rows are flat, ``(n, n_features)``, or samples of any shape, ``(n, *shape)`` such as images,
+which the model takes as they are: the constraints have one sample's shape and broadcast, and the
+per-row tests (epsilon, convergence) reduce over everything but the first dimension.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ class SearchState:
         n, device = x0.shape[0], x0.device
         within = torch.ones(n, dtype=torch.bool, device=device)
         if layout.categorical is not None:
-            within = (layout.decode(x0) - x0).abs().amax(1) <= epsilon
+            within = (layout.decode(x0) - x0).abs().flatten(1).amax(1) <= epsilon
         # Copies: no input of a compiled step may share memory with another or be a view of a
         # larger tensor (a chunk of the rows), as the rows after a compaction are not; torch.compile
         # would specialise on it and compile again.
@@ -106,7 +110,13 @@ class SearchState:
 
     def resolve_nascent(self, layout: StepLayout) -> Tensor:
         """Every row's nascent point: its decoded point where it lies within epsilon."""
-        return torch.where(self.within[:, None], layout.decode(self.x), self.nascent)
+        return torch.where(rows_like(self.within, self.x), layout.decode(self.x), self.nascent)
+
+
+def rows_like(mask: Tensor, x: Tensor) -> Tensor:
+    """A per-row ``mask`` (n,) shaped to broadcast over the rows of ``x`` (n, ...), flat rows or
+    samples of any shape."""
+    return mask.reshape(-1, *(1,) * (x.ndim - 1))
 
 
 # What a step changes in a search's state; the rest stays as the search started.
@@ -167,19 +177,20 @@ def search_step(
     new = step.add_(x)  # x + step
     if layout.bounds is not None:
         new.clamp_(*layout.bounds)
+    moving = rows_like(still, x)
     if layout.categorical is None:
-        new_point = new = torch.where(still[:, None], new, x)
+        new_point = new = torch.where(moving, new, x)
     else:
         moved = layout.decode(new)
-        new_point = torch.where(still[:, None], moved, point)
-        new = torch.where(still[:, None], moved if layout.frozen else new, x)
+        new_point = torch.where(moving, moved, point)
+        new = torch.where(moving, moved if layout.frozen else new, x)
     return SearchState(
         x=new,
         x0=x0,
         target=target,
         active=still,
-        nascent=torch.where(state.within[:, None], point, state.nascent),
-        within=(new_point - x0).abs_().amax(1) <= epsilon,
+        nascent=torch.where(rows_like(state.within, x), point, state.nascent),
+        within=(new_point - x0).abs_().flatten(1).amax(1) <= epsilon,
         iterations=state.iterations + still,
         rows=state.rows,
         energy=state.energy,

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from cfbook.evaluation.metrics import predict
 from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
 from cfbook.search.interface import Generator
+from cfbook.search.step import rows_like
 from cfbook.search.targets import draw_targets, label_levels, uniform_draws
 from cfbook.training import distributed
 from cfbook.training.run import TrainingRun
@@ -112,7 +113,7 @@ def epoch_search(
         chunks=chunk_bounds(nce if rows is None else rows.stop - rows.start, n_batches),
         levels=label_levels(y_all),
         neighbours=NeighbourSampler(y_all, n_classes),
-        constraints=make_constraints(domain, mutability, x_all.shape[1], device=x_all.device),
+        constraints=make_constraints(domain, mutability, x_all.shape[1:], device=x_all.device),
         domain=domain,
         mutability=mutability,
         mature=run.mature,
@@ -145,7 +146,7 @@ def epoch_counterfactuals(
     if search.mature == "raw":
         chosen = found.counterfactual
     else:
-        chosen = torch.where(found.valid[:, None], found.counterfactual, neighbour)
+        chosen = torch.where(rows_like(found.valid, neighbour), found.counterfactual, neighbour)
     return CounterfactualBatch(
         counterfactual=chosen,
         neighbour=search.constraints.protect_neighbours(neighbour, chosen),

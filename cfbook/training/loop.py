@@ -137,8 +137,8 @@ def _check_arguments(
 
 
 def _check_training_data(x: Tensor, y: Tensor) -> None:
-    """The training tensors checked once, before any work: flat float rows, at least one, all
-    finite, with one integer label each."""
+    """The training tensors checked once, before any work: float samples (flat rows or of any
+    shape), at least one, all finite, with one integer label each."""
     check_features(x, "the training data")
     check_not_empty(
         x,
@@ -371,8 +371,10 @@ def counterfactual_training(
     loss with a warning. ``accumulate=k`` updates once every k mini-batches, on their mean gradient.
     ``profile_epoch`` runs ``torch.profiler`` over that epoch; the breakdown of its time lands in
     ``log.meta["epoch_profile"]``. The training data are checked once, before any work
-    (``cfbook.inputs``): flat float rows of the model's dtype and number of features, at least
-    one, none of them NaN or infinite, with integer labels among the model's outputs.
+    (``cfbook.inputs``): float samples of the model's dtype, flat rows of its number of
+    features or samples of any shape it takes (images ``(N, C, H, W)`` as they are; ``domain``
+    and ``mutability`` then per number of a sample, see ``cfbook.search.constraints``), at
+    least one, none of them NaN or infinite, with integer labels among the model's outputs.
 
     ``mature`` chooses what a counterfactual whose search did not converge contributes:
     ``"neighbour"`` (the CT paper's rule, the default) replaces it by its neighbour, so its
@@ -522,8 +524,8 @@ def _identity(
         accumulate=accumulate,
         fuse_cf_forwards=fuse,
         world_size=world,
-        domain=domain_identity(domain, x_all.shape[1]) if searches else None,
-        mutability=mutability_identity(mutability) if searches else None,
+        domain=domain_identity(domain, x_all.shape[1:]) if searches else None,
+        mutability=mutability_identity(mutability, x_all.shape[1:]) if searches else None,
         data=data_fingerprint(x_all, y_all),
         loader=loader_identity(loader),
         optimizer=optimizer_identity(optimizer),

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cfbook.search.constraints import Domain, Mutability, domain_bounds
+from cfbook.search.constraints import Domain, Mutability, Shape, domain_bounds, mutability_values
 
 
 def data_fingerprint(x: Tensor, y: Tensor) -> dict[str, Any]:
@@ -29,14 +29,14 @@ def data_fingerprint(x: Tensor, y: Tensor) -> dict[str, Any]:
     }
 
 
-def domain_identity(domain: Domain, n_features: int) -> list[list[float]] | None:
+def domain_identity(domain: Domain, shape: Shape) -> list[list[float]] | None:
     """The domain as per-feature (low, high) pairs, whatever form it was given in."""
-    return None if domain is None else domain_bounds(domain, n_features).tolist()
+    return None if domain is None else domain_bounds(domain, shape).tolist()
 
 
-def mutability_identity(mutability: Mutability) -> list[str] | None:
-    """The mutability as a list of its values."""
-    return None if mutability is None else [str(v) for v in mutability]
+def mutability_identity(mutability: Mutability, shape: Shape) -> list[str] | None:
+    """The mutability as a flat list of its values (``shape``: one sample's)."""
+    return None if mutability is None else mutability_values(mutability, shape)
 
 
 def _plain(value: Any) -> Any:
