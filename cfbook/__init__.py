@@ -5,8 +5,9 @@ Where things live:
 - ``cfbook.search``: the counterfactual search (the ``Generator`` protocol, ``NativeGenerator``
   batched on the device, ``ReferenceGenerator`` one sample at a time, the one search step and
   its compiled executor, the domain and mutability constraints);
-- ``cfbook.training``: ``counterfactual_training``, a run's identity, one epoch's
-  counterfactuals, CT's loss terms, logs, checkpoints, training over several processes;
+- ``cfbook.training``: ``counterfactual_training``, ``CounterfactualLoss`` (CT inside a loop of
+  one's own), a run's identity, one epoch's counterfactuals, CT's loss terms, logs,
+  checkpoints, training over several processes;
 - ``cfbook.evaluation``: the CT paper's test-time protocol (``paper_evaluate``), its measures,
   round statistics, attacks and attributions;
 - ``cfbook.data``: data sets as tensors on the device (MNIST, the paper's tabular and synthetic
@@ -41,6 +42,7 @@ from cfbook.search import (
     infer_domain,
 )
 from cfbook.training import (
+    CounterfactualLoss,
     EpochRecord,
     LowValidityWarning,
     TrainingLog,
@@ -53,6 +55,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdversarialObjective",
+    "CounterfactualLoss",
     "CounterfactualResult",
     "DeviceLoader",
     "EnergyDifferentialObjective",

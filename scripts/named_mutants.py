@@ -74,14 +74,14 @@ EDITS = (
     Edit(
         "a row's nascent point taken after its step, not at the last point within epsilon",
         "cfbook/search/step.py",
-        "nascent=torch.where(state.within[:, None], point, state.nascent)",
-        "nascent=torch.where(state.within[:, None], new_point, state.nascent)",
+        "nascent=torch.where(rows_like(state.within, x), point, state.nascent)",
+        "nascent=torch.where(rows_like(state.within, x), new_point, state.nascent)",
         ("tests/test_generators.py",),
     ),
     Edit(
         "rows that reached tau go on stepping",
         "cfbook/search/step.py",
-        "new_point = new = torch.where(still[:, None], new, x)",
+        "new_point = new = torch.where(moving, new, x)",
         "new_point = new",
         ("tests/test_generators.py",),
     ),

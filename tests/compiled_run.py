@@ -37,7 +37,7 @@ def train(
     torch.manual_seed(1)
     model = mlp(N_FEATURES, hidden=(16,), num_classes=N_CLASSES)
 
-    def stop(record) -> None:
+    def stop(record, *_) -> None:
         if record.epoch == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         if record.epoch == raise_at:

@@ -87,7 +87,7 @@ def toy_run(
 
 
 def _failure(fail_rank: int, fail_epoch: int, how: str):
-    def after_epoch(record) -> None:
+    def after_epoch(record, *_) -> None:
         if record.epoch == fail_epoch and distributed.rank() == fail_rank:
             if how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)

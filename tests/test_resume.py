@@ -41,7 +41,7 @@ from cfbook.book.profiles import get_profile
 
 train, pause = stages.counterfactual_training, float(sys.argv[2])
 stages.counterfactual_training = lambda *args, **kwargs: train(
-    *args, callback=lambda record: time.sleep(pause), **kwargs)
+    *args, callback=lambda *_: time.sleep(pause), **kwargs)
 profile = dataclasses.replace(get_profile("smoke"), nepochs={NEPOCHS}, runs=1)
 stages.run_training_stage("full", profile, device="cpu", data_dir=sys.argv[1])
 """

@@ -30,8 +30,7 @@ from cfbook.training.counterfactuals import (
     epoch_counterfactuals,
     epoch_search,
 )
-from cfbook.training.loop import training_tensors
-from cfbook.training.run import TrainingRun, data_fingerprint
+from cfbook.training.data import training_tensors
 
 N_FEATURES, N_CLASSES = 10, 3
 
@@ -326,25 +325,17 @@ def test_targets_exclude_the_predicted_class():
 
 
 def _epoch_search(model, x, y, generator, *, mutability=None, mature="neighbour"):
-    run = TrainingRun(
-        objective="FullObjective",
-        lambdas=(1.0, 1.0, 1.0, 1.0),
+    return epoch_search(
+        generator,
+        x,
+        y,
         nce=40,
-        burnin_epochs=0,
-        generator=generator.settings(),
-        amp=None,
-        mature=mature,
-        accumulate=1,
-        fuse_cf_forwards=False,
-        world_size=1,
         domain=None,
         mutability=mutability,
-        data=data_fingerprint(x, y),
-        loader={},
-        optimizer={},
-        model={},
+        mature=mature,
+        n_batches=1,
+        n_classes=N_CLASSES,
     )
-    return epoch_search(run, generator, x, y, n_batches=1, n_classes=N_CLASSES)
 
 
 def test_counterfactual_batch_replaces_invalid_and_protects_neighbours():
@@ -624,7 +615,7 @@ def _interrupted_run(tmp_path, **kwargs):
     class Interrupt(Exception):
         pass
 
-    def stop_after_two(record):
+    def stop_after_two(record, *_):
         if record.epoch == 2:
             raise Interrupt
 
@@ -791,7 +782,7 @@ def test_a_finished_run_returns_its_model_trains_on_or_refuses_fewer_epochs(tmp_
         burnin=0.25,
         nce=30,
         checkpoint_dir=tmp_path,
-        callback=lambda r: trained.append(r.epoch),
+        callback=lambda r, *_: trained.append(r.epoch),
         verbose=1,
     )
     assert trained == [] and [r.epoch for r in log] == [1, 2, 3, 4]
@@ -835,7 +826,7 @@ def test_the_same_run_resumes_where_it_stopped(tmp_path):
         burnin=0.25,
         nce=30,
         checkpoint_dir=tmp_path,
-        callback=lambda record: trained.append(record.epoch),
+        callback=lambda record, *_: trained.append(record.epoch),
     )
     assert trained == [3, 4] and [r.epoch for r in log] == [1, 2, 3, 4]
 

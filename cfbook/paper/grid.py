@@ -300,7 +300,7 @@ def _train_cell(
         mutability = data.protected_mutability if cell.training == "full_protected" else None
     start = time.perf_counter()
 
-    def progress(record: EpochRecord) -> None:
+    def progress(record: EpochRecord, *_: object) -> None:
         every = max(scale.epochs // 5, 1)
         if record.epoch % every == 0 or record.epoch == scale.epochs:
             left = (time.perf_counter() - start) / record.epoch * (scale.epochs - record.epoch)

@@ -1,5 +1,6 @@
 """Counterfactual training: the loop (``loop``: ``counterfactual_training``), a run's identity
-for resuming (``run``), one epoch's counterfactuals (``counterfactuals``), CT's loss terms
+for resuming (``run``), the training set as tensors (``data``), one epoch's counterfactuals
+(``counterfactuals``), CT's loss terms and ``CounterfactualLoss`` for a loop of one's own
 (``loss``), the per-epoch log (``log``), checkpoints (``checkpoint``) and training over several
 processes (``distributed``).
 
@@ -9,9 +10,10 @@ data, the paper grid or the book.
 
 from cfbook.training.log import EpochRecord, TrainingLog, load_log, save_log
 from cfbook.training.loop import LowValidityWarning, counterfactual_training
-from cfbook.training.loss import counterfactual_terms
+from cfbook.training.loss import CounterfactualLoss, counterfactual_terms
 
 __all__ = [
+    "CounterfactualLoss",
     "EpochRecord",
     "LowValidityWarning",
     "TrainingLog",

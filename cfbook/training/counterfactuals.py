@@ -3,24 +3,59 @@ neighbours and mature counterfactuals, all on the training device."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from cfbook.errors import warn
 from cfbook.evaluation.metrics import predict
+from cfbook.inputs import require_int
 from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
 from cfbook.search.interface import Generator
 from cfbook.search.step import rows_like
 from cfbook.search.targets import draw_targets, label_levels, uniform_draws
 from cfbook.training import distributed
-from cfbook.training.run import TrainingRun
 
 #: What a counterfactual whose search did not converge contributes to the loss:
 #: ``"neighbour"`` (the CT paper's rule: it is replaced by its neighbour, so its energy
 #: differential is zero and only the ridge sees it) or ``"raw"`` (CT.jl's Native branch, which
 #: the GPU tutorial runs: the search's last iterate, valid or not).
 MATURE = ("neighbour", "raw")
+
+
+#: Below this share of the training rows searched per epoch, ``nce`` warns (CT.jl's
+#: ``_min_nce_ratio``).
+MIN_NCE_RATIO = 0.1
+
+
+def resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
+    """``nce`` checked; CT.jl's default is one counterfactual per mini-batch. Fewer than
+    ``MIN_NCE_RATIO`` of the training rows an epoch warns, as CT.jl does."""
+    resolved = n_batches if nce is None else _checked_nce(nce, n, n_batches)
+    if resolved < MIN_NCE_RATIO * n:
+        how = "the default, one per mini-batch" if nce is None else f"nce={nce}"
+        warn(
+            f"{resolved} counterfactuals an epoch ({how}) are {resolved / n:.1%} of the {n} "
+            f"training rows, below the {MIN_NCE_RATIO:.0%} under which CT.jl warns: CT learns "
+            f"from few counterfactuals each epoch. Pass nce={math.ceil(MIN_NCE_RATIO * n)} or "
+            "more"
+        )
+    return resolved
+
+
+def _checked_nce(nce: int, n: int, n_batches: int) -> int:
+    require_int("nce", nce)
+    if nce > n:
+        raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
+    if nce < n_batches:
+        warn(
+            f"nce={nce} is below the number of mini-batches; raised to {n_batches} so every "
+            "batch gets at least one counterfactual"
+        )
+        nce = n_batches
+    return nce
 
 
 def check_mature(mature: str) -> str:
@@ -93,19 +128,21 @@ class EpochSearch:
 
 
 def epoch_search(
-    run: TrainingRun,
     generator: Generator,
     x_all: Tensor,
     y_all: Tensor,
     *,
+    nce: int,
+    domain: Domain,
+    mutability: Mutability,
+    mature: str,
     n_batches: int,
     n_classes: int,
+    world_size: int = 1,
 ) -> EpochSearch:
-    """The search of a run that searches (``run.nce`` set), as its identity defines it: the
-    constraints on the device, and each process's share and chunks of the counterfactuals."""
-    nce = run.nce
-    rows = distributed.shard_rows(nce) if run.world_size > 1 else None
-    domain, mutability = run.domain, run.mutability
+    """The search of a run that searches: the constraints on the device, and each process's
+    share (under DDP, ``world_size`` processes) and chunks of the ``nce`` counterfactuals."""
+    rows = distributed.shard_rows(nce) if world_size > 1 else None
     return EpochSearch(
         generator=generator,
         nce=nce,
@@ -116,7 +153,7 @@ def epoch_search(
         constraints=make_constraints(domain, mutability, x_all.shape[1:], device=x_all.device),
         domain=domain,
         mutability=mutability,
-        mature=run.mature,
+        mature=mature,
     )
 
 

@@ -7,7 +7,7 @@ the search, the log), resume it from a checkpoint, train one epoch, and record t
 
 from __future__ import annotations
 
-import math
+import inspect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -19,21 +19,12 @@ from torch import Tensor, nn
 from cfbook.amp import autocast, check_amp
 from cfbook.device import synchronize
 from cfbook.errors import warn
-from cfbook.inputs import (
-    check_features,
-    check_finite,
-    check_label_range,
-    check_labels,
-    check_not_empty,
-    require_int,
-    require_number,
-)
+from cfbook.inputs import require_int, require_number
 from cfbook.objectives import Objective
 from cfbook.profiling import EpochProfiler
 from cfbook.progress import EpochProgress
 from cfbook.search.constraints import Domain, Mutability
-from cfbook.search.generators import count_classes
-from cfbook.search.interface import Generator, check_generator
+from cfbook.search.interface import Generator
 from cfbook.training import distributed
 from cfbook.training.checkpoint import (
     load_checkpoint,
@@ -41,15 +32,10 @@ from cfbook.training.checkpoint import (
     rng_states,
     save_checkpoint,
 )
-from cfbook.training.counterfactuals import (
-    CounterfactualBatch,
-    EpochSearch,
-    check_mature,
-    epoch_counterfactuals,
-    epoch_search,
-)
+from cfbook.training.counterfactuals import CounterfactualBatch
+from cfbook.training.data import batch_tensors, training_tensors
 from cfbook.training.log import EpochRecord, TrainingLog
-from cfbook.training.loss import TERM_WEIGHTS, batch_loss
+from cfbook.training.loss import TERM_WEIGHTS, CounterfactualLoss
 from cfbook.training.run import (
     TrainingRun,
     data_fingerprint,
@@ -60,60 +46,7 @@ from cfbook.training.run import (
     optimizer_identity,
 )
 
-__all__ = ["LOW_VALIDITY", "LowValidityWarning", "counterfactual_training", "training_tensors"]
-
-
-def training_tensors(loader: Iterable) -> tuple[Tensor, Tensor]:
-    """The whole training set as tensors, gathered once: the epoch's factuals and their
-    neighbours are drawn from all of it. A ``DeviceLoader`` holds them already; a torch
-    ``DataLoader`` over any map-style ``Dataset`` (a ``TensorDataset``, a ``Subset`` of one, one
-    of your own) gives them item by item, each item's first two entries being ``x`` and ``y``."""
-    if isinstance(loader, torch.utils.data.Dataset):
-        raise TypeError(
-            f"train_loader is a {type(loader).__name__}, a data set, not a loader of mini-batches "
-            "(iterated, it yields single rows): wrap it, DataLoader(dataset, batch_size=..., "
-            "shuffle=True), or use cfbook.data.DeviceLoader(x, y, batch_size)"
-        )
-    if hasattr(loader, "tensors"):
-        return loader.tensors
-    dataset = getattr(loader, "dataset", None)
-    if isinstance(dataset, torch.utils.data.TensorDataset) and len(dataset.tensors) >= 2:
-        return dataset.tensors[0], dataset.tensors[1]
-    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
-        raise ValueError(
-            "train_loader must be a cfbook.data.DeviceLoader or a torch DataLoader over a "
-            "map-style Dataset (with __len__ and __getitem__): CT draws each epoch's factuals "
-            "from the whole training set, which a stream cannot give"
-        )
-    return _gathered(dataset)
-
-
-def _gathered(dataset: torch.utils.data.Dataset) -> tuple[Tensor, Tensor]:
-    """Every item of a map-style ``dataset`` stacked into ``(x, y)``."""
-    xs, ys = [], []
-    for i in range(len(dataset)):
-        item = dataset[i]
-        if not isinstance(item, (tuple, list)) or len(item) < 2:
-            raise ValueError(
-                f"item {i} of the training set is a {type(item).__name__}, not an (x, y, ...) "
-                "pair: its Dataset must return the input first and the label second"
-            )
-        xs.append(torch.as_tensor(item[0]))
-        ys.append(torch.as_tensor(item[1]))
-    if not xs:
-        return torch.empty(0), torch.empty(0, dtype=torch.long)
-    return torch.stack(xs), torch.stack(ys)
-
-
-def _batch(batch: object, b: int) -> tuple[Tensor, Tensor]:
-    """A mini-batch's inputs and labels: its first two entries (a third, such as a weight, is
-    not used)."""
-    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-        raise ValueError(
-            f"mini-batch {b} is a {type(batch).__name__}, not an (x, y, ...) pair: the loader's "
-            "batches must hold the inputs first and the labels second"
-        )
-    return torch.as_tensor(batch[0]), torch.as_tensor(batch[1])
+__all__ = ["LOW_VALIDITY", "LowValidityWarning", "counterfactual_training"]
 
 
 def _check_arguments(
@@ -134,52 +67,6 @@ def _check_arguments(
     if verbose not in (0, 1, 2):
         raise ValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
     require_int("accumulate", accumulate)
-
-
-def _check_training_data(x: Tensor, y: Tensor) -> None:
-    """The training tensors checked once, before any work: float samples (flat rows or of any
-    shape), at least one, all finite, with one integer label each."""
-    check_features(x, "the training data")
-    check_not_empty(
-        x,
-        "the training data",
-        "train on a loader over at least one row (check the split or filter that made it)",
-    )
-    check_labels(y, x.shape[0], "the training labels", "y", "the training data")
-    check_finite(x, "the training data")
-
-
-#: Below this share of the training rows searched per epoch, ``nce`` warns (CT.jl's
-#: ``_min_nce_ratio``).
-MIN_NCE_RATIO = 0.1
-
-
-def _resolve_nce(nce: int | None, n: int, n_batches: int) -> int:
-    """``nce`` checked; CT.jl's default is one counterfactual per mini-batch. Fewer than
-    ``MIN_NCE_RATIO`` of the training rows an epoch warns, as CT.jl does."""
-    resolved = n_batches if nce is None else _checked_nce(nce, n, n_batches)
-    if resolved < MIN_NCE_RATIO * n:
-        how = "the default, one per mini-batch" if nce is None else f"nce={nce}"
-        warn(
-            f"{resolved} counterfactuals an epoch ({how}) are {resolved / n:.1%} of the {n} "
-            f"training rows, below the {MIN_NCE_RATIO:.0%} under which CT.jl warns: CT learns "
-            f"from few counterfactuals each epoch. Pass nce={math.ceil(MIN_NCE_RATIO * n)} or "
-            "more"
-        )
-    return resolved
-
-
-def _checked_nce(nce: int, n: int, n_batches: int) -> int:
-    require_int("nce", nce)
-    if nce > n:
-        raise ValueError(f"nce={nce} is larger than the training set ({n} samples)")
-    if nce < n_batches:
-        warn(
-            f"nce={nce} is below the number of mini-batches; raised to {n_batches} so every "
-            "batch gets at least one counterfactual"
-        )
-        nce = n_batches
-    return nce
 
 
 class _EpochSums:
@@ -219,7 +106,6 @@ class _EpochSums:
 class _Options:
     """How the epochs run, beside what decides their results."""
 
-    fuse: bool
     amp: str | None
     scaler: torch.amp.GradScaler | None
     accumulate: int
@@ -232,28 +118,24 @@ class _Training:
 
     model: nn.Module
     train_model: nn.Module  # the model as the mini-batches see it (DDP-wrapped under DDP)
-    objective: Objective
+    ct: CounterfactualLoss
     loader: Iterable
     optimizer: torch.optim.Optimizer
     device: torch.device
-    x_all: Tensor
-    y_all: Tensor
-    rng: torch.Generator
     opts: _Options
 
 
 def _train_epoch(
     model: nn.Module,
-    objective: Objective,
+    ct: CounterfactualLoss,
     loader: Iterable,
     optimizer: torch.optim.Optimizer,
     device: torch.device,
     epoch: int,
-    cf: CounterfactualBatch | None,
-    chunks: list[slice] | None,
     opts: _Options,
 ) -> _EpochSums:
-    """One pass over the mini-batches, each with its chunk of counterfactual terms.
+    """One pass over the mini-batches, each with its loss from ``ct`` (its chunk of the epoch's
+    counterfactual terms).
 
     Every batch counts in the sums, as in CT.jl. The optimiser steps once per ``accumulate``
     batches, on their mean gradient; under DDP only the backward pass before a step all-reduces
@@ -265,7 +147,7 @@ def _train_epoch(
     optimizer.zero_grad(set_to_none=True)
     update_ok = True
     for b, batch in enumerate(loader):
-        xb, yb = _batch(batch, b)
+        xb, yb = batch_tensors(batch, b)
         first = b - b % accumulate
         group = min(accumulate, n_batches - first)  # batches in this update
         last = b + 1 == first + group  # the batch whose backward pass precedes the update
@@ -273,8 +155,7 @@ def _train_epoch(
         with distributed.no_sync(model, last):
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             with opts.profiler.region("forward"), autocast(opts.amp, device):
-                rows = None if cf is None else chunks[b]
-                loss, terms = batch_loss(model, objective, xb, yb, cf, rows, opts.fuse)
+                loss, terms = ct.loss(model, xb, yb, b)
             sums.add(loss, terms)
             if not distributed.all_finite(loss):
                 warn(f"non-finite loss in epoch {epoch}, batch {b}: update skipped")
@@ -347,7 +228,7 @@ def counterfactual_training(
     verbose: int = 1,
     checkpoint_dir: str | Path | None = None,
     fuse_cf_forwards: bool = False,
-    callback: Callable[[EpochRecord], None] | None = None,
+    callback: Callable[[EpochRecord, nn.Module, CounterfactualBatch | None], None] | None = None,
     amp: str | None = None,
     accumulate: int = 1,
     profile_epoch: int | None = None,
@@ -386,65 +267,63 @@ def counterfactual_training(
     Under DDP (``cfbook.training.distributed.init_distributed`` has run, each process passing
     its own sharded ``DeviceLoader``), gradients are averaged across processes, each process
     searches its share of the ``nce`` counterfactuals, the log holds figures over all processes
-    (the epoch time is the slowest process's), and only rank 0 writes checkpoints. ``callback``
-    runs on every process.
+    (the epoch time is the slowest process's), and only rank 0 writes checkpoints.
+
+    ``callback(record, model, counterfactuals)``, as CT.jl's, runs after every epoch (on every
+    process) with the epoch's ``EpochRecord``, the model and the epoch's counterfactuals
+    (``CounterfactualBatch``; None in burn-in epochs and without a search). The loop is
+    ``CounterfactualLoss``'s: for a loop of one's own (a scheduler, early stopping, Lightning),
+    use that object directly.
     """
     _check_arguments(objective, nepochs, burnin, accuracy_every, verbose, accumulate)
-    check_mature(mature)
+    _check_callback(callback)
     device = torch.device(device)
     check_amp(amp, device)
     model.to(device)
-    x_all, y_all = (t.to(device) for t in training_tensors(train_loader))
-    _check_training_data(x_all, y_all)
-    distributed.check_sharded(train_loader)
-    n_classes = count_classes(model, x_all, "the training data")
-    check_label_range(y_all, n_classes)
-    burnin_epochs = round(burnin * nepochs)
-    run = _identity(
+    ct = CounterfactualLoss(
         objective,
         generator,
-        x_all,
-        y_all,
+        model,
+        train_loader,
+        nce=nce,
+        burnin_epochs=round(burnin * nepochs),
+        domain=domain,
+        mutability=mutability,
+        mature=mature,
+        fuse_cf_forwards=fuse_cf_forwards,
+    )
+    distributed.check_sharded(train_loader)
+    run = _identity(
+        ct,
         train_loader,
         optimizer,
         model,
-        nce=nce,
-        n_batches=len(train_loader),
-        burnin_epochs=burnin_epochs,
         amp=amp,
-        mature=mature,
         accumulate=accumulate,
-        fuse=fuse_cf_forwards,
         domain=domain,
         mutability=mutability,
     )
     opts = _Options(
-        fuse=fuse_cf_forwards,
         amp=amp,
         scaler=torch.amp.GradScaler(device.type) if amp == "fp16" else None,
         accumulate=accumulate,
         profiler=EpochProfiler(profile_epoch, nepochs, device),
     )
-    t = _set_up(model, objective, train_loader, optimizer, device, x_all, y_all, opts)
+    t = _Training(model, model, ct, train_loader, optimizer, device, opts)
     start, records = 1, []
     if checkpoint_dir is not None:
         start, records = _resume(
-            checkpoint_dir, run, model, optimizer, opts.scaler, t.rng, train_loader, nepochs
+            checkpoint_dir, run, model, optimizer, opts.scaler, ct.rng, train_loader, nepochs
         )
     # DDP broadcasts rank 0's weights when it wraps the model: after the resume, as before it.
     t.train_model = distributed.wrap_model(model, device)
-    search = None
-    if run.nce is not None:
-        search = epoch_search(
-            run, generator, x_all, y_all, n_batches=len(train_loader), n_classes=n_classes
-        )
-    log = _new_log(run, nepochs, x_all.shape[0], device)
+    log = _new_log(run, nepochs, ct.x.shape[0], device)
     log.extend(records)
     verbose = verbose if distributed.is_main() else 0
     progress = EpochProgress(objective.name, nepochs, start, enabled=verbose > 0)
     warned_validity = False
     for epoch in range(start, nepochs + 1):
-        cf, sums, seconds = _epoch(t, epoch, search if epoch > burnin_epochs else None)
+        cf, sums, seconds = _epoch(t, epoch)
         if epoch == profile_epoch:
             log.meta["epoch_profile"] = opts.profiler.report
         record = _record(
@@ -457,76 +336,58 @@ def counterfactual_training(
             _save(t, checkpoint_dir, epoch, run, log)
         _report(progress, record, verbose)
         if callback is not None:
-            callback(record)
+            callback(record, model, cf)
     return model, log
 
 
-def _set_up(
-    model: nn.Module,
-    objective: Objective,
-    loader: Iterable,
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-    x_all: Tensor,
-    y_all: Tensor,
-    opts: _Options,
-) -> _Training:
-    """What the epochs work with, the search's generator seeded from torch's global one: the
-    same seed on every process (they draw the same factuals and keep disjoint shares of them)."""
-    rng = torch.Generator(device=device)
-    rng.manual_seed(distributed.broadcast_int(int(torch.randint(0, 2**62, (1,))), device))
-    return _Training(
-        model=model,
-        train_model=model,
-        objective=objective,
-        loader=loader,
-        optimizer=optimizer,
-        device=device,
-        x_all=x_all,
-        y_all=y_all,
-        rng=rng,
-        opts=opts,
-    )
+def _check_callback(callback: Callable | None) -> None:
+    """A callback takes the epoch's record, the model and the epoch's counterfactuals."""
+    if callback is None:
+        return
+    if not callable(callback):
+        raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+    try:
+        signature = inspect.signature(callback)
+    except ValueError:  # a builtin without a signature: called as documented
+        return
+    try:
+        signature.bind(None, None, None)
+    except TypeError as err:
+        raise TypeError(
+            "callback must take three arguments, (record, model, counterfactuals): the epoch's "
+            "EpochRecord, the model and the epoch's CounterfactualBatch (None without a "
+            "search); def callback(record, model, counterfactuals): ..."
+        ) from err
 
 
 def _identity(
-    objective: Objective,
-    generator: Generator,
-    x_all: Tensor,
-    y_all: Tensor,
+    ct: CounterfactualLoss,
     loader: Iterable,
     optimizer: torch.optim.Optimizer,
     model: nn.Module,
     *,
-    nce: int | None,
-    n_batches: int,
-    burnin_epochs: int,
     amp: str | None,
-    mature: str,
     accumulate: int,
-    fuse: bool,
     domain: Domain,
     mutability: Mutability,
 ) -> TrainingRun:
     """The run's identity; the search's part only when the objective searches."""
-    searches = objective.needs_counterfactuals
-    if searches:
-        check_generator(generator)
-    world = distributed.world_size()
+    searches = ct.search is not None
+    shape = ct.x.shape[1:]
     return TrainingRun(
-        objective=objective.name,
-        lambdas=tuple(objective.lambdas),
-        nce=_resolve_nce(nce, x_all.shape[0], n_batches * world) if searches else None,
-        burnin_epochs=burnin_epochs,
-        generator=generator.settings() if searches else None,
+        objective=ct.objective.name,
+        lambdas=tuple(ct.objective.lambdas),
+        nce=ct.nce,
+        burnin_epochs=ct.burnin_epochs,
+        generator=ct.generator.settings() if searches else None,
         amp=amp,
-        mature=mature if searches else None,
+        mature=ct.mature if searches else None,
         accumulate=accumulate,
-        fuse_cf_forwards=fuse,
-        world_size=world,
-        domain=domain_identity(domain, x_all.shape[1:]) if searches else None,
-        mutability=mutability_identity(mutability, x_all.shape[1:]) if searches else None,
-        data=data_fingerprint(x_all, y_all),
+        fuse_cf_forwards=ct.fuse,
+        world_size=distributed.world_size(),
+        domain=domain_identity(domain, shape) if searches else None,
+        mutability=mutability_identity(mutability, shape) if searches else None,
+        data=data_fingerprint(ct.x, ct.y),
         loader=loader_identity(loader),
         optimizer=optimizer_identity(optimizer),
         model=model_identity(model),
@@ -544,23 +405,19 @@ def _new_log(run: TrainingRun, nepochs: int, n_train: int, device: torch.device)
     return log
 
 
-def _epoch(
-    t: _Training, epoch: int, search: EpochSearch | None
-) -> tuple[CounterfactualBatch | None, _EpochSums, float]:
-    """One epoch: its counterfactuals (with ``search``), searched with the model as it stands at
-    the epoch's start, then a pass over the mini-batches; returns them, the sums and the
-    epoch's seconds (the slowest process's)."""
+def _epoch(t: _Training, epoch: int) -> tuple[CounterfactualBatch | None, _EpochSums, float]:
+    """One epoch: its counterfactuals (after burn-in, for objectives that search), searched with
+    the model as it stands at the epoch's start, then a pass over the mini-batches; returns them,
+    the sums and the epoch's seconds (the slowest process's)."""
     with t.opts.profiler.over(epoch):
         t0 = time.perf_counter()
-        cf = None
-        if search is not None:
+        if t.ct.searches_in(epoch):
             with t.opts.profiler.region("search"):
-                cf = epoch_counterfactuals(t.model, t.x_all, t.y_all, search, t.rng)
+                cf = t.ct.start_epoch(t.model, epoch)
+        else:
+            cf = t.ct.start_epoch(t.model, epoch)
         t.model.train()
-        chunks = None if search is None else search.chunks
-        sums = _train_epoch(
-            t.train_model, t.objective, t.loader, t.optimizer, t.device, epoch, cf, chunks, t.opts
-        )
+        sums = _train_epoch(t.train_model, t.ct, t.loader, t.optimizer, t.device, epoch, t.opts)
         distributed.sync_buffers(t.model)
         synchronize(t.device)
         seconds = distributed.max_over_ranks(time.perf_counter() - t0, t.device)
@@ -573,7 +430,7 @@ def _accuracies(
     """Training and held-out accuracy every ``every`` epochs (None otherwise)."""
     if epoch % every:
         return None, None
-    acc = distributed.global_accuracy(t.model, t.x_all, t.y_all)
+    acc = distributed.global_accuracy(t.model, t.ct.x, t.ct.y)
     acc_val = None
     if val_loader is not None:
         x_val, y_val = (v.to(t.device) for v in training_tensors(val_loader))
@@ -596,7 +453,7 @@ def _save(
             "model": t.model.state_dict(),
             "optimizer": t.optimizer.state_dict(),
             "scaler": None if t.opts.scaler is None else t.opts.scaler.state_dict(),
-            "rng": rng_states(t.rng, t.loader),
+            "rng": rng_states(t.ct.rng, t.loader),
             "log": [asdict(r) for r in log],
         },
         checkpoint_dir,

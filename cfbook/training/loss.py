@@ -1,14 +1,32 @@
-"""CT's loss on one mini-batch: the classifier's cross-entropy plus, when the epoch has
+"""CT's loss: on one mini-batch, the classifier's cross-entropy plus, when the epoch has
 counterfactuals, the energy differential, its ridge and the adversarial term of the batch's chunk
-of counterfactuals (steps 9-11 of Algorithm 1)."""
+of counterfactuals (steps 9-11 of Algorithm 1); and ``CounterfactualLoss``, which searches each
+epoch's counterfactuals and gives every mini-batch its loss, for a training loop of one's own and
+for ``counterfactual_training``'s."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor, nn
 
+from cfbook.inputs import check_label_range, require_int
 from cfbook.objectives import Objective
-from cfbook.training.counterfactuals import CounterfactualBatch
+from cfbook.search.constraints import Domain, Mutability
+from cfbook.search.generators import count_classes, model_device
+from cfbook.search.interface import Generator, check_generator
+from cfbook.training import distributed
+from cfbook.training.counterfactuals import (
+    CounterfactualBatch,
+    check_mature,
+    epoch_counterfactuals,
+    epoch_search,
+    resolve_nce,
+)
+from cfbook.training.data import check_training_data, training_tensors
+
+__all__ = ["TERM_WEIGHTS", "CounterfactualLoss", "batch_loss", "counterfactual_terms"]
 
 #: The counterfactual loss terms and the objective's weight for each.
 TERM_WEIGHTS = {"implaus": "lambda_div", "reg_loss": "lambda_reg", "adv_loss": "lambda_adv"}
@@ -77,3 +95,135 @@ def batch_loss(
         if getattr(objective, weight):
             loss = loss + getattr(objective, weight) * terms[name]
     return loss, terms
+
+
+class CounterfactualLoss:
+    """CT's loss for a training loop of one's own (plain PyTorch, Lightning, with a scheduler or
+    early stopping); ``counterfactual_training`` is this object in a loop.
+
+    Made once per run, from the objective, the search, the model (on its training device) and
+    the training loader, whose whole data set is gathered once: the factuals and neighbours are
+    drawn from all of it. Then, each epoch:
+
+    - ``start_epoch(model, epoch)`` (epochs count from 1) searches the epoch's ``nce``
+      counterfactuals with the model as it stands (in eval mode; its modes are restored), none
+      in the first ``burnin_epochs`` epochs or for an objective without counterfactual terms;
+    - ``loss(model, xb, yb, b)`` (or calling the object) gives mini-batch ``b`` of the epoch
+      (from 0) its loss, the objective's weighted sum, and the unweighted terms
+      (``implaus``, ``reg_loss``, ``adv_loss``, when the epoch has counterfactuals) on the
+      batch's chunk of the counterfactuals.
+
+    ``counterfactuals`` holds the epoch's search (``CounterfactualBatch``: ``valid``,
+    ``iterations``, ...) or None. The defaults are ``counterfactual_training``'s: ``nce`` one
+    per mini-batch as in CT.jl (fewer than a tenth of the rows warns), ``mature="neighbour"``
+    (see ``counterfactual_training``). ``seed`` seeds the draws of factuals, targets and
+    neighbours; None draws it from torch's global generator (``torch.manual_seed`` then makes
+    the run reproducible). The data, the model and the labels are checked once, here, with
+    ``counterfactual_training``'s messages.
+
+    Example, a loop of one's own::
+
+        ct = CounterfactualLoss(FullObjective(), NativeGenerator(), model, loader, nce=100)
+        for epoch in range(1, nepochs + 1):
+            ct.start_epoch(model, epoch)
+            model.train()
+            for b, (xb, yb) in enumerate(loader):
+                loss, terms = ct(model, xb, yb, b)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """
+
+    def __init__(
+        self,
+        objective: Objective,
+        generator: Generator,
+        model: nn.Module,
+        train_loader: Iterable,
+        *,
+        nce: int | None = None,
+        burnin_epochs: int = 0,
+        domain: Domain = None,
+        mutability: Mutability = None,
+        mature: str = "neighbour",
+        seed: int | None = None,
+        fuse_cf_forwards: bool = False,
+    ) -> None:
+        if not isinstance(objective, Objective):
+            raise TypeError(f"objective must be a cfbook Objective, got {type(objective).__name__}")
+        require_int("burnin_epochs", burnin_epochs, minimum=0)
+        check_mature(mature)
+        device = model_device(model) or torch.device("cpu")
+        self.x, self.y = (t.to(device) for t in training_tensors(train_loader))
+        check_training_data(self.x, self.y)
+        self.n_classes = count_classes(model, self.x, "the training data")
+        check_label_range(self.y, self.n_classes)
+        self.objective, self.generator = objective, generator
+        self.burnin_epochs, self.mature, self.fuse = burnin_epochs, mature, fuse_cf_forwards
+        self.n_batches = len(train_loader)
+        world = distributed.world_size()
+        self.nce = None
+        self.search = None
+        if objective.needs_counterfactuals:
+            check_generator(generator)
+            self.nce = resolve_nce(nce, self.x.shape[0], self.n_batches * world)
+            self.search = epoch_search(
+                generator,
+                self.x,
+                self.y,
+                nce=self.nce,
+                domain=domain,
+                mutability=mutability,
+                mature=mature,
+                n_batches=self.n_batches,
+                n_classes=self.n_classes,
+                world_size=world,
+            )
+        if seed is None:  # the same on every process: they draw the same factuals
+            seed = distributed.broadcast_int(int(torch.randint(0, 2**62, (1,))), device)
+        self.rng = torch.Generator(device=device)
+        self.rng.manual_seed(seed)
+        self.counterfactuals: CounterfactualBatch | None = None
+
+    def searches_in(self, epoch: int) -> bool:
+        """Whether ``start_epoch`` searches counterfactuals in ``epoch``."""
+        return self.search is not None and epoch > self.burnin_epochs
+
+    def start_epoch(self, model: nn.Module, epoch: int) -> CounterfactualBatch | None:
+        """Search ``epoch``'s counterfactuals with ``model`` as it stands (None in burn-in
+        epochs and for objectives without counterfactual terms); kept for its mini-batches."""
+        require_int("epoch", epoch)
+        self.counterfactuals = None
+        if self.searches_in(epoch):
+            device = model_device(model)
+            if device is not None and device != self.x.device:
+                raise ValueError(
+                    f"the model is on {device} but this CounterfactualLoss was made for a model "
+                    f"on {self.x.device}: make it after the model moves to its training device "
+                    "(in Lightning, in the LightningModule's on_fit_start)"
+                )
+            self.counterfactuals = epoch_counterfactuals(
+                model, self.x, self.y, self.search, self.rng
+            )
+        return self.counterfactuals
+
+    def loss(
+        self, model: nn.Module, xb: Tensor, yb: Tensor, batch: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Mini-batch ``batch``'s loss (the objective's weighted sum) and its unweighted
+        counterfactual terms (none when the epoch has no counterfactuals)."""
+        cf = self.counterfactuals
+        rows = None
+        if cf is not None:
+            if isinstance(batch, bool) or not isinstance(batch, int):
+                raise TypeError(f"batch must be the mini-batch's index, got {batch!r}")
+            if not 0 <= batch < self.n_batches:
+                raise IndexError(
+                    f"mini-batch {batch} of an epoch of {self.n_batches} (the loader's length "
+                    "when this loss was made): pass each batch's index from 0, as enumerate "
+                    "or Lightning's batch_idx give it"
+                )
+            rows = self.search.chunks[batch]
+        return batch_loss(model, self.objective, xb, yb, cf, rows, self.fuse)
+
+    __call__ = loss
