@@ -1,6 +1,7 @@
 """Data sets as tensors on the device, and the loader that batches them there: MNIST
 (``mnist``), the paper's tabular sets (``tabular``) and synthetic ones (``synthetic``), the
-on-device loader (``loader``) and where the data folder is (``paths``).
+on-device loader (``loader``), a DataFrame as tensors and back (``table``: ``TableEncoder``)
+and where the data folder is (``paths``).
 
 May import ``cfbook.models`` (the input shapes) and, when asked for, sklearn's generators;
 nothing of search, training, evaluation or the book.
@@ -15,6 +16,7 @@ from cfbook.data.synthetic import (
     load_moons,
     load_overlapping,
 )
+from cfbook.data.table import TableEncoder
 from cfbook.data.tabular import (
     TabularData,
     load_adult,
@@ -26,6 +28,7 @@ from cfbook.data.tabular import (
 __all__ = [
     "DeviceLoader",
     "MNISTData",
+    "TableEncoder",
     "TabularData",
     "display_path",
     "find_data_dir",

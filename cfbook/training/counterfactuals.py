@@ -12,7 +12,14 @@ from torch import Tensor, nn
 from cfbook.errors import warn
 from cfbook.evaluation.metrics import predict
 from cfbook.inputs import require_int
-from cfbook.search.constraints import Constraints, Domain, Mutability, make_constraints
+from cfbook.search.constraints import (
+    Categorical,
+    Constraints,
+    Domain,
+    Mutability,
+    categorical_groups,
+    make_constraints,
+)
 from cfbook.search.interface import Generator
 from cfbook.search.step import rows_like
 from cfbook.search.targets import draw_targets, label_levels, uniform_draws
@@ -125,6 +132,7 @@ class EpochSearch:
     domain: Domain
     mutability: Mutability
     mature: str
+    categorical: list[list[int]] | None = None  # one-hot groups decoded by the search
 
 
 def epoch_search(
@@ -139,9 +147,11 @@ def epoch_search(
     n_batches: int,
     n_classes: int,
     world_size: int = 1,
+    categorical: Categorical = None,
 ) -> EpochSearch:
-    """The search of a run that searches: the constraints on the device, and each process's
-    share (under DDP, ``world_size`` processes) and chunks of the ``nce`` counterfactuals."""
+    """The search of a run that searches: the constraints on the device (one-hot groups
+    ``categorical`` checked), and each process's share (under DDP, ``world_size`` processes) and
+    chunks of the ``nce`` counterfactuals."""
     rows = distributed.shard_rows(nce) if world_size > 1 else None
     return EpochSearch(
         generator=generator,
@@ -150,10 +160,13 @@ def epoch_search(
         chunks=chunk_bounds(nce if rows is None else rows.stop - rows.start, n_batches),
         levels=label_levels(y_all),
         neighbours=NeighbourSampler(y_all, n_classes),
-        constraints=make_constraints(domain, mutability, x_all.shape[1:], device=x_all.device),
+        constraints=make_constraints(
+            domain, mutability, x_all.shape[1:], device=x_all.device, categorical=categorical
+        ),
         domain=domain,
         mutability=mutability,
         mature=mature,
+        categorical=categorical_groups(categorical, x_all[0].numel()) or None,
     )
 
 
@@ -176,8 +189,10 @@ def epoch_counterfactuals(
         idx, u_target, u_neighbour = idx[rows], u_target[rows], u_neighbour[rows]
     x, label = x_all[idx], y_all[idx]
     target = draw_targets(predict(model, x), search.levels, u_target)
+    # Only a search with one-hot groups needs the keyword: other generators keep working.
+    groups = {} if search.categorical is None else {"categorical": search.categorical}
     found = search.generator.generate(
-        model, x, target, domain=search.domain, mutability=search.mutability
+        model, x, target, domain=search.domain, mutability=search.mutability, **groups
     )
     neighbour = x_all[search.neighbours(target, u_neighbour)]
     if search.mature == "raw":

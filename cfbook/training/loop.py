@@ -23,7 +23,7 @@ from cfbook.inputs import require_int, require_number
 from cfbook.objectives import Objective
 from cfbook.profiling import EpochProfiler
 from cfbook.progress import EpochProgress
-from cfbook.search.constraints import Domain, Mutability
+from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.interface import Generator
 from cfbook.training import distributed
 from cfbook.training.checkpoint import (
@@ -233,6 +233,7 @@ def counterfactual_training(
     accumulate: int = 1,
     profile_epoch: int | None = None,
     mature: str = "neighbour",
+    categorical: Categorical = None,
 ) -> tuple[nn.Module, TrainingLog]:
     """Train ``model`` with ``objective``; returns the model and its per-epoch log.
 
@@ -264,6 +265,13 @@ def counterfactual_training(
     ``"mature"``. Under ``"neighbour"``, an epoch in which fewer than half of the counterfactuals
     are valid warns once (``LowValidityWarning``): the energy term is then mostly zero.
 
+    ``categorical`` lists one-hot groups (sequences of column indices) that the training-time
+    search decodes at every step, as at test time (``NativeGenerator.generate``), so that the
+    counterfactuals CT trains on are rows of real categories. None (the default) follows CT.jl,
+    whose training-time search does not decode them: one-hot columns then move freely and a
+    counterfactual may hold a mixture such as ``[0.26, 0.0, 0.9]``. The groups are part of the
+    run's identity.
+
     Under DDP (``cfbook.training.distributed.init_distributed`` has run, each process passing
     its own sharded ``DeviceLoader``), gradients are averaged across processes, each process
     searches its share of the ``nce`` counterfactuals, the log holds figures over all processes
@@ -290,6 +298,7 @@ def counterfactual_training(
         domain=domain,
         mutability=mutability,
         mature=mature,
+        categorical=categorical,
         fuse_cf_forwards=fuse_cf_forwards,
     )
     distributed.check_sharded(train_loader)
@@ -391,6 +400,7 @@ def _identity(
         loader=loader_identity(loader),
         optimizer=optimizer_identity(optimizer),
         model=model_identity(model),
+        categorical=ct.search.categorical if searches else None,
     )
 
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from cfbook.inputs import check_label_range, require_int
 from cfbook.objectives import Objective
-from cfbook.search.constraints import Domain, Mutability
+from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.generators import count_classes, model_device
 from cfbook.search.interface import Generator, check_generator
 from cfbook.training import distributed
@@ -116,10 +116,10 @@ class CounterfactualLoss:
     ``counterfactuals`` holds the epoch's search (``CounterfactualBatch``: ``valid``,
     ``iterations``, ...) or None. The defaults are ``counterfactual_training``'s: ``nce`` one
     per mini-batch as in CT.jl (fewer than a tenth of the rows warns), ``mature="neighbour"``
-    (see ``counterfactual_training``). ``seed`` seeds the draws of factuals, targets and
-    neighbours; None draws it from torch's global generator (``torch.manual_seed`` then makes
-    the run reproducible). The data, the model and the labels are checked once, here, with
-    ``counterfactual_training``'s messages.
+    and ``categorical=None`` (see ``counterfactual_training``). ``seed`` seeds the draws of
+    factuals, targets and neighbours; None draws it from torch's global generator
+    (``torch.manual_seed`` then makes the run reproducible). The data, the model and the
+    labels are checked once, here, with ``counterfactual_training``'s messages.
 
     Example, a loop of one's own::
 
@@ -146,6 +146,7 @@ class CounterfactualLoss:
         domain: Domain = None,
         mutability: Mutability = None,
         mature: str = "neighbour",
+        categorical: Categorical = None,
         seed: int | None = None,
         fuse_cf_forwards: bool = False,
     ) -> None:
@@ -178,6 +179,7 @@ class CounterfactualLoss:
                 n_batches=self.n_batches,
                 n_classes=self.n_classes,
                 world_size=world,
+                categorical=categorical,
             )
         if seed is None:  # the same on every process: they draw the same factuals
             seed = distributed.broadcast_int(int(torch.randint(0, 2**62, (1,))), device)

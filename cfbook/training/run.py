@@ -105,6 +105,8 @@ class TrainingRun:
     loader: dict[str, Any]
     optimizer: dict[str, Any]
     model: dict[str, Any]
+    # The one-hot groups the training-time search decodes (None: none, as before it existed).
+    categorical: list[list[int]] | None = None
 
     def meta(self) -> dict[str, Any]:
         """The log's record of the run's settings."""
