@@ -15,6 +15,7 @@ from benchmarks import (
     evaluation,
     fused,
     grid,
+    images,
     memory,
     overhead,
     peers,
@@ -46,6 +47,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], list[Table]]]] = {
     "grid": (grid.TITLE, grid.run),
     "calibration": (calibration.TITLE, calibration.run),
     "peers": (peers.TITLE, peers.run),
+    "images": (images.TITLE, images.run),
     "test_command": (test_command.TITLE, test_command.run),
 }
 
