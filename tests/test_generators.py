@@ -5,6 +5,7 @@ import functools
 import gc
 import math
 import os
+import re
 import warnings
 import weakref
 from dataclasses import replace
@@ -237,9 +238,10 @@ def test_no_host_sync_per_iteration(monkeypatch, compile):
     res = gen.generate(model, x, target)
     monkeypatch.undo()
     assert int(res.iterations.min()) == 30
-    # the target range check (2) and one read per compaction point, far fewer than iterations
+    # the checks of the inputs before the search (finite values, logits, target range: 3) and
+    # one read per compaction point, far fewer than iterations
     assert gen.compaction_points() == [1, 2, 4, 10, 20]
-    assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
+    assert len(syncs) <= 3 + len(gen.compaction_points()), syncs
 
 
 def test_bf16_search_stays_valid(monkeypatch):
@@ -398,20 +400,25 @@ def test_two_search_steps_match_the_hand_computation(generator):
 # compiled as a size, and tau, lambdas and the energy weight are inputs, not constants.
 
 
-def _with_nan_rows(x: torch.Tensor) -> torch.Tensor:
-    """Two rows the model maps to NaN logits (a NaN feature): never converged, never moved."""
-    x = x.clone()
-    x[3, 2] = float("nan")
-    x[10, :] = float("nan")
-    return x
+class _NanRows(nn.Module):
+    """``model``'s logits, NaN for a row whose third feature lies below -0.98: such a row's
+    gradient is NaN (stepped by 0), so it never moves and never converges."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        marked = x[:, 2:3] < -0.98
+        return torch.where(marked, torch.nan, self.model(x))
 
 
 @pytest.mark.compiles
 @pytest.mark.parametrize("domain", [(-1.0, 1.0), None], ids=["domain", "no-domain"])
 def test_compiled_search_agrees_with_reference_on_nan_rows_and_chunks(domain):
-    model = small_mlp()
-    x, target = factuals(model)
-    x = _with_nan_rows(x)
+    model = _NanRows(small_mlp())
+    x, target = factuals(model.model)
+    x[[3, 10], 2] = -0.99
     params = {"tau": 0.6, "maxiter": 30}
     # Chunks of 47 and 1 rows: the single row is searched eagerly (the compiled step needs two).
     fast = NativeGenerator(compile=True, cf_batchsize=47, **params).generate(
@@ -420,9 +427,18 @@ def test_compiled_search_agrees_with_reference_on_nan_rows_and_chunks(domain):
     slow = ReferenceGenerator(**params).generate(model, x, target, domain=domain)
     assert not bool(slow.valid[[3, 10]].any()) and bool((slow.iterations[[3, 10]] == 30).all())
     assert_same_search(fast, slow)
-    nan_rows = torch.isnan(x).any(1)
-    assert torch.equal(torch.isnan(fast.counterfactual), torch.isnan(x))  # NaN stays where it was
-    assert torch.equal(fast.nascent[nan_rows].nan_to_num(), x[nan_rows].nan_to_num())
+    assert torch.equal(fast.counterfactual[[3, 10]], x[[3, 10]])  # never moved
+    assert torch.equal(fast.nascent[[3, 10]], x[[3, 10]])
+
+
+@pytest.mark.parametrize("generator", [NativeGenerator(), ReferenceGenerator()], ids=type)
+def test_nan_and_infinite_inputs_are_refused_as_in_training(generator):
+    model = small_mlp()
+    x, target = factuals(model, 8)
+    x[3, 2], x[5, 0] = float("nan"), float("inf")
+    message = "x holds 1 NaN value and 1 infinite value (rows 3, 5): drop or impute them first"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        generator.generate(model, x, target)
 
 
 @pytest.mark.compiles
@@ -558,7 +574,7 @@ def test_compiled_search_has_no_host_sync_per_iteration(monkeypatch):
         res = gen.generate(model, x, target)
     monkeypatch.undo()
     assert int(res.iterations.min()) == 30
-    assert len(syncs) <= 2 + len(gen.compaction_points()), syncs
+    assert len(syncs) <= 3 + len(gen.compaction_points()), syncs  # 3: the input checks
 
 
 class _DataDependent(nn.Module):

@@ -456,3 +456,28 @@ def test_log_probabilities_and_logits_pass():
     x, y = _data()
     _train(x, y, model=nn.Sequential(_model(), nn.LogSoftmax(dim=1)))
     _train(x, y, model=nn.Sequential(_model(), nn.Sigmoid()))
+
+
+def test_accuracy_and_the_attacks_check_what_training_checks():
+    from cfbook import accuracy, attack_accuracy
+    from cfbook.evaluation.attacks import PAPER_PGD
+
+    x, y = _data()
+    model = _model()
+    for measure in (
+        lambda x, y: accuracy(model, x, y),
+        lambda x, y: attack_accuracy(model, x, y, **PAPER_PGD),
+    ):
+        with pytest.raises(ValueError, match=r"x is float64 but the parameters of the model"):
+            measure(x.double(), y)
+        with pytest.raises(ValueError, match=r"^y must lie in \[0, 2\] \(the outputs of the mod"):
+            measure(x, y + 1)
+        bad = x.clone()
+        bad[4, 1] = float("nan")
+        with pytest.raises(ValueError, match=r"^x holds 1 NaN value \(row 4\)"):
+            measure(bad, y)
+        with pytest.raises(ValueError, match=r"^y must hold one class index per row of x"):
+            measure(x, y[:3])
+    # The paper's attack in one call: its epsilons are the default grid.
+    result = attack_accuracy(model, x, y, **PAPER_PGD)
+    assert len(result["pgd"]) == len(result["epsilons"]) == 10

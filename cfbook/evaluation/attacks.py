@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.evaluation.metrics import accuracy
+from cfbook.search.checks import check_labelled, eval_mode
 from cfbook.search.constraints import Constraints, Domain, make_constraints
-from cfbook.search.generators import eval_mode
 
 ATTACKS = ("fgsm", "pgd")
 # The paper's PGD (CT.jl's ``pgd``): 40 sign steps of 0.01 from a uniform random start in the
@@ -55,9 +55,9 @@ def attack_accuracy(
     x: Tensor,
     y: Tensor,
     *,
-    epsilons: Sequence[float],
     pgd_steps: int,
-    domain: Domain,
+    epsilons: Sequence[float] = PAPER_EPSILONS,
+    domain: Domain = None,
     batch_size: int = 512,
     step_size: float | None = None,
     random_start: bool = False,
@@ -67,7 +67,10 @@ def attack_accuracy(
     ``{"clean": a, "epsilons": [...], "fgsm": [...], "pgd": [...]}``. PGD takes ``pgd_steps``
     sign steps of ``step_size`` (default 2.5 eps / steps), from the inputs or, with
     ``random_start``, from seeded uniform points of the eps ball; ``**PAPER_PGD`` gives the
-    paper's attack."""
+    paper's attack, ``epsilons`` (default ``PAPER_EPSILONS``) its grid. ``domain=None``: no
+    bounds, as everywhere in cfbook. ``x`` and ``y`` are checked once, as training checks its
+    data (``cfbook.search.checks.check_labelled``)."""
+    check_labelled(model, x, y)
     c = make_constraints(domain, None, x.shape[1:], device=x.device, dtype=x.dtype)
     out: dict[str, Any] = {"clean": accuracy(model, x, y), "epsilons": [float(e) for e in epsilons]}
     out.update({name: [] for name in ATTACKS})

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from cfbook.search.generators import eval_mode
+from cfbook.search.checks import eval_mode
 
 
 def standardise(g: Tensor, two_dimensional: bool) -> Tensor:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from cfbook.search.generators import eval_mode
+from cfbook.search.checks import check_labelled, eval_mode
 
 #: A counterfactual is valid when the model gives its target class at least this probability
 #: (CounterfactualExplanations.jl's ``validity``); with two classes that is the argmax.
@@ -28,9 +28,9 @@ def predict(model: nn.Module, x: Tensor, batch_size: int = 1024) -> Tensor:
 
 
 def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1024) -> float:
-    """Share of correctly classified samples (one host sync, at the end)."""
-    if x.shape[0] == 0:
-        raise ValueError("accuracy needs at least one sample")
+    """Share of correctly classified samples. ``x`` and ``y`` are checked once, as training
+    checks its data (``cfbook.search.checks.check_labelled``)."""
+    check_labelled(model, x, y)
     return float((predict(model, x, batch_size) == y.to(x.device)).float().mean())
 
 

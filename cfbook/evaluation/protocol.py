@@ -39,8 +39,9 @@ from cfbook.inputs import (
     check_not_empty,
     require_int,
 )
+from cfbook.search.checks import count_classes
 from cfbook.search.constraints import Categorical, Domain, Mutability
-from cfbook.search.generators import NativeGenerator, count_classes
+from cfbook.search.generators import NativeGenerator
 from cfbook.search.interface import Generator, check_generator
 from cfbook.search.targets import label_levels
 

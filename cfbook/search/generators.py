@@ -7,23 +7,17 @@ search is tested against. Both implement ``cfbook.search.interface.Generator``.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor, nn
 
 from cfbook.amp import autocast, check_amp
-from cfbook.inputs import (
-    check_features,
-    check_labels,
-    forward_mismatch,
-    require_int,
-    require_number,
-)
+from cfbook.inputs import check_features, check_finite, check_labels, require_int, require_number
 from cfbook.search import compiled as compiled_step
+from cfbook.search.checks import count_classes, eval_mode
 from cfbook.search.constraints import (
     CATEGORICAL_GRADIENTS,
     Categorical,
@@ -62,18 +56,6 @@ def chunk_rows(cf_batchsize: int | None, x: Tensor) -> int:
     limit = max(CPU_CHUNK_ELEMENTS // max(math.prod(x.shape[1:]), 1), CPU_CHUNK_MIN_ROWS)
     parts = -(-n // limit)
     return -(-n // parts)
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Search in eval mode (BatchNorm on running statistics), then restore every module's mode."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
 
 
 def model_device(model: nn.Module) -> torch.device | None:
@@ -157,70 +139,6 @@ class SearchParameters(Generator):
         return table.float()
 
 
-def count_classes(
-    model: nn.Module, x: Tensor, what: str = "x", var: str = "x", model_name: str = "the model"
-) -> int:
-    """Number of classes the model outputs, from a forward pass on a few rows in eval mode,
-    which also checks that the model is one CT can use (``check_logits``). A forward pass that
-    fails on a dtype or a number of features that is not the model's says so (``what``,
-    ``var`` and ``model_name`` name them: see ``cfbook.inputs``)."""
-    rows = x[:PROBE_ROWS].detach()
-    if rows.is_floating_point():
-        rows = rows.clone().requires_grad_(True)
-    with torch.enable_grad(), eval_mode(model):
-        try:
-            out = model(rows)
-        except RuntimeError as err:
-            problem = forward_mismatch(model, x, what, var, model_name)
-            if problem is None:
-                raise
-            raise ValueError(problem) from err
-    check_logits(out, rows, model_name)
-    return out.shape[1]
-
-
-PROBE_ROWS = 8  # rows of the forward pass that checks a model before any work
-
-
-def check_logits(out: Tensor, rows: Tensor, model_name: str = "the model") -> None:
-    """Refuse a model CT cannot train or explain, from its outputs ``out`` on ``rows``: outputs
-    that are probabilities (the search and the energy differential need logits, and the
-    probability of a probability tops out below most targets), and outputs that no gradient
-    connects to the input (the search moves the input along that gradient)."""
-    if not isinstance(out, Tensor) or out.ndim != 2:
-        got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(
-            f"{model_name} must return logits of shape (n_samples, n_classes), got {got} for "
-            f"{len(rows)} samples of shape {tuple(rows.shape[1:])}: end its forward pass with "
-            "one score per class for each sample (an nn.Flatten() before the last nn.Linear "
-            "makes a convolutional model's output flat)"
-        )
-    if out.shape[1] > 1 and out.is_floating_point():
-        values = out.detach().float()
-        # Strictly inside (0, 1), as a softmax's outputs are: logits such as a hand-set model's
-        # exact 0 and 1 pass.
-        in_unit = bool(((values > 0) & (values < 1)).all())
-        if in_unit and torch.allclose(values.sum(1), torch.ones(len(values)), atol=1e-4):
-            raise ValueError(
-                f"{model_name} returns probabilities (every row of its outputs lies in (0, 1) "
-                "and sums to 1): counterfactual training and search need logits, the scores "
-                "before the softmax. Return logits: remove the final Softmax"
-            )
-    if not rows.requires_grad:
-        return
-    connected = out.requires_grad and out.is_floating_point()
-    if connected:
-        (grad,) = torch.autograd.grad(out.float().sum(), rows, allow_unused=True)
-        connected = grad is not None
-    if not connected:
-        raise ValueError(
-            f"no gradient reaches {model_name}'s input from its outputs (a .detach(), .item(), "
-            ".numpy(), argmax or torch.no_grad() inside its forward?): counterfactual search "
-            "moves the input along the gradient of the logits. Keep the forward pass "
-            "differentiable from input to logits"
-        )
-
-
 def prepare_search(
     model: nn.Module,
     x: Tensor,
@@ -229,13 +147,13 @@ def prepare_search(
     mutability: Mutability,
     categorical: Categorical = None,
 ) -> tuple[Tensor, Tensor, Constraints]:
-    """Check shapes, dtypes and classes once, outside the search loop; move the inputs to the
-    model's device and turn ``domain``, ``mutability`` and ``categorical`` into device tensors.
-    A row holding NaN is searched like any other (its logits are NaN: it never converges and is
-    returned unmoved) and spoils no other row, so it is not refused here."""
+    """Check shapes, dtypes, values and classes once, outside the search loop (a NaN or an
+    infinity in ``x`` is refused, as in training and evaluation); move the inputs to the model's
+    device and turn ``domain``, ``mutability`` and ``categorical`` into device tensors."""
     check_features(x)
     device = model_device(model) or x.device
     x = x.detach().to(device)
+    check_finite(x, "x")
     target = torch.as_tensor(target, device=device)
     check_labels(target, x.shape[0], "target", "target", "x")
     target = target.long()

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from cfbook.search.checks import eval_mode
 from cfbook.search.constraints import Domain, Mutability
-from cfbook.search.generators import NativeGenerator, eval_mode
+from cfbook.search.generators import NativeGenerator
 
 __all__ = ["SearchRecord", "record_search", "search_path"]
 

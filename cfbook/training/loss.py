@@ -13,8 +13,9 @@ from torch import Tensor, nn
 
 from cfbook.inputs import check_label_range, require_int
 from cfbook.objectives import Objective
+from cfbook.search.checks import count_classes
 from cfbook.search.constraints import Categorical, Domain, Mutability
-from cfbook.search.generators import count_classes, model_device
+from cfbook.search.generators import model_device
 from cfbook.search.interface import Generator, check_generator
 from cfbook.training import distributed
 from cfbook.training.counterfactuals import (
