@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import compiled_run
@@ -197,3 +198,65 @@ def test_a_resume_with_the_other_executor_is_refused(tmp_path: Path) -> None:
         compiled_run.train(tmp_path, compile=False)
     _, log = compiled_run.train(tmp_path)  # the same run resumes
     assert [r.epoch for r in log] == list(range(1, compiled_run.NEPOCHS + 1))
+
+
+def _dataloader_run(nepochs, checkpoint_dir, generator=None, sampler=None):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from cfbook import FullObjective, NativeGenerator, counterfactual_training, mlp
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(200, 5, generator=g)
+    y = (x[:, 0] > 0).long()
+    torch.manual_seed(0)
+    model = mlp(5, (8,), 2)
+    loader = DataLoader(
+        TensorDataset(x, y),
+        batch_size=32,
+        shuffle=sampler is None,
+        sampler=sampler,
+        generator=None if generator is None else torch.Generator().manual_seed(generator),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few valid counterfactuals in these short runs
+        _, log = counterfactual_training(
+            FullObjective(),
+            model,
+            NativeGenerator(),
+            loader,
+            torch.optim.Adam(model.parameters(), lr=1e-2),
+            device="cpu",
+            nepochs=nepochs,
+            nce=20,
+            verbose=0,
+            checkpoint_dir=checkpoint_dir,
+        )
+    return [r.train_loss for r in log]
+
+
+@pytest.mark.parametrize("generator", [None, 5], ids=["global", "own-generator"])
+def test_a_plain_dataloader_resumes_exactly(tmp_path, generator):
+    # A DataLoader that shuffles with its own generator: the checkpoint holds its state.
+    uninterrupted = _dataloader_run(4, None, generator)
+    _dataloader_run(2, tmp_path, generator)
+    assert _dataloader_run(4, tmp_path, generator) == uninterrupted
+    # Its generator is part of the run: a loader without one is another run.
+    if generator is not None:
+        with pytest.raises(ValueError, match="loader: 'generators': 1 in the checkpoint, None"):
+            _dataloader_run(4, tmp_path)
+
+
+def test_a_dataloader_whose_sampler_cannot_be_saved_is_refused(tmp_path):
+    class EveryOther(torch.utils.data.Sampler):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(0, self.n, 2))
+
+        def __len__(self):
+            return -(-self.n // 2)
+
+    with pytest.raises(ValueError, match="batches come from EveryOther: cfbook cannot save"):
+        _dataloader_run(1, tmp_path, sampler=EveryOther(200))
+    assert len(_dataloader_run(1, None, sampler=EveryOther(200))) == 1  # fine without resuming

@@ -44,13 +44,66 @@ def load_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     return state
 
 
+# The samplers of a torch DataLoader whose only random state is torch's global generator or the
+# generator they hold (both saved), so that a resumed run draws the same batches.
+_KNOWN_SAMPLERS = (
+    torch.utils.data.SequentialSampler,
+    torch.utils.data.RandomSampler,
+    torch.utils.data.SubsetRandomSampler,
+    torch.utils.data.WeightedRandomSampler,
+    torch.utils.data.distributed.DistributedSampler,
+)
+
+
+def loader_generators(loader: object) -> list[torch.Generator]:
+    """The torch generators a DataLoader draws its batches from (its own and its sampler's,
+    once each); none for a loader that draws from torch's global generator only, or that is
+    not a torch DataLoader."""
+    found: list[torch.Generator] = []
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        return found
+    sampler = getattr(loader, "sampler", None)
+    for g in (getattr(loader, "generator", None), getattr(sampler, "generator", None)):
+        if isinstance(g, torch.Generator) and all(g is not f for f in found):
+            found.append(g)
+    return found
+
+
+def check_resumable_loader(loader: object) -> None:
+    """Refuse to checkpoint a run whose batches a resume could not draw again: a torch DataLoader
+    with a sampler or batch sampler of its own, whose random state cfbook cannot save."""
+    if hasattr(loader, "state_dict") or not isinstance(loader, torch.utils.data.DataLoader):
+        return
+    batch_sampler = loader.batch_sampler
+    custom = [
+        type(s).__name__
+        for s, known in (
+            (loader.sampler, _KNOWN_SAMPLERS),
+            (batch_sampler, (torch.utils.data.BatchSampler, type(None))),
+        )
+        if not isinstance(s, known)
+    ]
+    if custom:
+        raise ValueError(
+            f"checkpoint_dir with a DataLoader whose batches come from {custom[0]}: cfbook "
+            "cannot save its random state, so a resumed run would not draw the batches an "
+            "uninterrupted one draws. Shuffle with DataLoader(..., shuffle=True) (its generator "
+            "is saved), use cfbook.data.DeviceLoader, or train without checkpoint_dir"
+        )
+
+
 def rng_states(rng: torch.Generator, loader: object) -> dict[str, Any]:
-    """Every random state a resumed run needs to continue exactly as an uninterrupted one."""
+    """Every random state a resumed run needs to continue exactly as an uninterrupted one: the
+    search's generator, torch's (and CUDA's), and the loader's (a ``DeviceLoader``'s state, a
+    DataLoader's generators)."""
     states = {"search": rng.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     if hasattr(loader, "state_dict"):
         states["loader"] = loader.state_dict()
+    generators = loader_generators(loader)
+    if generators:
+        states["loader_generators"] = [g.get_state() for g in generators]
     return states
 
 
@@ -61,6 +114,9 @@ def restore_rng_states(states: dict[str, Any], rng: torch.Generator, loader: obj
         torch.cuda.set_rng_state_all(states["cuda"])
     if "loader" in states and hasattr(loader, "load_state_dict"):
         loader.load_state_dict(states["loader"])
+    if "loader_generators" in states:  # the run's identity holds how many the loader has
+        for g, state in zip(loader_generators(loader), states["loader_generators"], strict=True):
+            g.set_state(state)
 
 
 def prepare_checkpoint_dir(checkpoint_dir: str | Path, config: dict[str, Any]) -> Path:

@@ -27,6 +27,7 @@ from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.interface import Generator
 from cfbook.training import distributed
 from cfbook.training.checkpoint import (
+    check_resumable_loader,
     load_checkpoint,
     restore_rng_states,
     rng_states,
@@ -302,6 +303,8 @@ def counterfactual_training(
         fuse_cf_forwards=fuse_cf_forwards,
     )
     distributed.check_sharded(train_loader)
+    if checkpoint_dir is not None:
+        check_resumable_loader(train_loader)
     run = _identity(
         ct,
         train_loader,

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.search.constraints import Domain, Mutability, Shape, domain_bounds, mutability_values
+from cfbook.training.checkpoint import loader_generators
 
 
 def data_fingerprint(x: Tensor, y: Tensor) -> dict[str, Any]:
@@ -71,15 +72,20 @@ def model_identity(model: nn.Module) -> dict[str, Any]:
 
 
 def loader_identity(loader: object) -> dict[str, Any]:
-    """How the loader batches: its batch size, whether it shuffles and whether it drops the
-    last, short batch (a torch ``DataLoader`` shuffles with a ``RandomSampler``)."""
+    """How the loader batches: its batch size, whether it shuffles, whether it drops the last,
+    short batch (a torch ``DataLoader`` shuffles with a ``RandomSampler``) and how many
+    generators of its own a DataLoader draws from."""
     sampler = getattr(loader, "sampler", None)
     shuffle = getattr(loader, "shuffle", isinstance(sampler, torch.utils.data.RandomSampler))
-    return {
+    out = {
         "batch_size": getattr(loader, "batch_size", None),
         "shuffle": bool(shuffle),
         "drop_last": bool(getattr(loader, "drop_last", False)),
     }
+    generators = len(loader_generators(loader))
+    if generators:  # a DataLoader's own generators, whose states a checkpoint holds
+        out["generators"] = generators
+    return out
 
 
 @dataclass(frozen=True)
