@@ -50,7 +50,6 @@ from cfbook.training.counterfactuals import (
     epoch_search,
 )
 from cfbook.training.loss import batch_loss, counterfactual_terms
-from cfbook.training.run import TrainingRun
 
 ATOL = 2e-6  # float32 forward passes; every mutant below moves a value by 2.7e-5 or more
 
@@ -195,25 +194,17 @@ class StubSearch(Generator):
 def check_mature(mutability: list[str] | None, mature: str = "neighbour") -> None:
     x_all, y_all = t((2.0, 0.0), (0.0, 2.0)), torch.tensor([0, 1])
     model = linear_model()
-    run = TrainingRun(
-        objective="FullObjective",
-        lambdas=(1.0, 1.0, 1.0, 1.0),
+    search = epoch_search(
+        StubSearch(),
+        x_all,
+        y_all,
         nce=2,
-        burnin_epochs=0,
-        generator=StubSearch().settings(),
-        amp=None,
-        mature=mature,
-        accumulate=1,
-        fuse_cf_forwards=False,
-        world_size=1,
         domain=None,
         mutability=mutability,
-        data={},
-        loader={},
-        optimizer={},
-        model={},
+        mature=mature,
+        n_batches=1,
+        n_classes=2,
     )
-    search = epoch_search(run, StubSearch(), x_all, y_all, n_batches=1, n_classes=2)
     cf = epoch_counterfactuals(model, x_all, y_all, search, torch.Generator().manual_seed(0))
     assert sorted(cf.factual_index.tolist()) == [0, 1]
     by_factual = {int(i): r for r, i in enumerate(cf.factual_index)}

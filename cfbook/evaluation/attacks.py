@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from cfbook.evaluation.metrics import accuracy
 from cfbook.search.checks import check_labelled, eval_mode
 from cfbook.search.constraints import Constraints, Domain, make_constraints
+from cfbook.search.logits import class_logits
 
 ATTACKS = ("fgsm", "pgd")
 # The paper's PGD (CT.jl's ``pgd``): 40 sign steps of 0.01 from a uniform random start in the
@@ -44,7 +45,7 @@ def perturb(
     adv = x if start is None else c.clamp(x + (2 * start - 1) * eps)
     for _ in range(steps):
         adv = adv.detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(nn.functional.cross_entropy(model(adv), y), adv)
+        (grad,) = torch.autograd.grad(nn.functional.cross_entropy(class_logits(model(adv)), y), adv)
         adv = torch.minimum(torch.maximum(adv.detach() + alpha * grad.sign(), x - eps), x + eps)
         adv = c.clamp(adv)
     return adv.detach()
@@ -89,7 +90,7 @@ def attack_accuracy(
                     )
                     adv = perturb(model, xb, yb, c, eps, steps, step_size if pgd else None, start)
                     with torch.no_grad():
-                        correct += (model(adv).argmax(1) == yb).sum()
+                        correct += (class_logits(model(adv)).argmax(1) == yb).sum()
                 out[name].append(float(correct) / x.shape[0])
     return out
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from cfbook.search.checks import check_labelled, eval_mode
+from cfbook.search.logits import class_logits
 
 #: A counterfactual is valid when the model gives its target class at least this probability
 #: (CounterfactualExplanations.jl's ``validity``); with two classes that is the argmax.
@@ -23,7 +24,10 @@ def predict(model: nn.Module, x: Tensor, batch_size: int = 1024) -> Tensor:
         return torch.zeros(0, dtype=torch.long, device=x.device)
     with eval_mode(model):
         return torch.cat(
-            [model(x[s : s + batch_size]).argmax(1) for s in range(0, x.shape[0], batch_size)]
+            [
+                class_logits(model(x[s : s + batch_size])).argmax(1)
+                for s in range(0, x.shape[0], batch_size)
+            ]
         )
 
 
@@ -38,7 +42,7 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1024) -> 
 def target_probability(model: nn.Module, x: Tensor, target: Tensor) -> Tensor:
     """The probability the model (in eval mode) gives each row's target class."""
     with eval_mode(model):
-        probs = model(x).float().softmax(1)
+        probs = class_logits(model(x)).float().softmax(1)
     return probs.gather(1, target[:, None]).squeeze(1)
 
 

@@ -18,6 +18,7 @@ from cfbook.inputs import (
     check_not_empty,
     forward_mismatch,
 )
+from cfbook.search.logits import class_logits
 
 __all__ = ["PROBE_ROWS", "check_labelled", "check_logits", "count_classes", "eval_mode"]
 
@@ -37,7 +38,8 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 def count_classes(
     model: nn.Module, x: Tensor, what: str = "x", var: str = "x", model_name: str = "the model"
 ) -> int:
-    """Number of classes the model outputs, from a forward pass on a few rows in eval mode,
+    """Number of classes the model outputs (2 for a binary model's single logit: see
+    ``cfbook.search.logits``), from a forward pass on a few rows in eval mode,
     which also checks that the model is one CT can use (``check_logits``). A forward pass that
     fails on a dtype or a number of features that is not the model's says so (``what``,
     ``var`` and ``model_name`` name them: see ``cfbook.inputs``)."""
@@ -53,7 +55,7 @@ def count_classes(
                 raise
             raise ValueError(problem) from err
     check_logits(out, rows, model_name)
-    return out.shape[1]
+    return class_logits(out).shape[1]
 
 
 PROBE_ROWS = 8  # rows of the forward pass that checks a model before any work
@@ -67,7 +69,8 @@ def check_logits(out: Tensor, rows: Tensor, model_name: str = "the model") -> No
     if not isinstance(out, Tensor) or out.ndim != 2:
         got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
         raise ValueError(
-            f"{model_name} must return logits of shape (n_samples, n_classes), got {got} for "
+            f"{model_name} must return logits of shape (n_samples, n_classes), or (n_samples, "
+            f"1) for a binary model's single logit, got {got} for "
             f"{len(rows)} samples of shape {tuple(rows.shape[1:])}: end its forward pass with "
             "one score per class for each sample (an nn.Flatten() before the last nn.Linear "
             "makes a convolutional model's output flat)"

@@ -27,6 +27,7 @@ from cfbook.search.constraints import (
     make_constraints,
 )
 from cfbook.search.interface import CounterfactualResult, Generator
+from cfbook.search.logits import class_logits
 from cfbook.search.step import (
     ENERGY_RIDGE,
     RESULTS,
@@ -324,7 +325,7 @@ class NativeGenerator(SearchParameters):
         with torch.no_grad():
             if len(state):
                 with autocast(self.amp, x0.device):
-                    probs = model(layout.decode(state.x)).float().softmax(1)
+                    probs = class_logits(model(layout.decode(state.x))).float().softmax(1)
                 state.active = state.active & ~reached(probs, state.target, self.tau)
             _write_back(done, state)
             nascent = done.resolve_nascent(layout)
@@ -332,7 +333,7 @@ class NativeGenerator(SearchParameters):
             active = done.active
             if self.amp is not None:
                 # Validity is a promise about the model as it is, in full precision.
-                probs = model(x).float().softmax(1)
+                probs = class_logits(model(x)).float().softmax(1)
                 active = ~reached(probs, target[:, None], self.tau)
         return CounterfactualResult(
             x, nascent, ~active, done.iterations, None if path is None else torch.stack(path)
@@ -404,7 +405,7 @@ class ReferenceGenerator(SearchParameters):
             x.requires_grad_(True)
             # The decoded point, with the gradient passed straight through the decoding.
             z = x if c.categorical is None else x + (c.decode(x.detach()) - x).detach()
-            logits = model(z)
+            logits = class_logits(model(z))
             if self._converged(logits.detach(), target):
                 break
             energy = -logits[0, target[0]]
@@ -425,7 +426,7 @@ class ReferenceGenerator(SearchParameters):
                 nascent = point.clone()
         with torch.no_grad():
             x = c.decode(x.detach())
-            valid = self._converged(model(x), target)
+            valid = self._converged(class_logits(model(x)), target)
         return (
             x.detach(),
             nascent,

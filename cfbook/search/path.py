@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from cfbook.search.checks import eval_mode
 from cfbook.search.constraints import Domain, Mutability
 from cfbook.search.generators import NativeGenerator
+from cfbook.search.logits import class_logits
 
 __all__ = ["SearchRecord", "record_search", "search_path"]
 
@@ -68,7 +69,7 @@ def record_search(
         mutability=mutability,
     )[:, 0]
     with torch.no_grad(), eval_mode(model):
-        prob = model(path).float().softmax(1)[:, target]
+        prob = class_logits(model(path)).float().softmax(1)[:, target]
     distance = (path - path[0]).abs().flatten(1).amax(1)
     reached = (prob >= generator.tau).nonzero().flatten().tolist()
     stop = reached[0] if reached else generator.maxiter

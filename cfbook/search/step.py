@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from cfbook.amp import FP16_GRAD_SCALE, autocast
 from cfbook.search.constraints import CategoricalCode
+from cfbook.search.logits import class_logits
 
 # Strength of the quadratic term in the energy penalty E + ENERGY_RIDGE * E^2.
 ENERGY_RIDGE = 1e-3
@@ -155,7 +156,7 @@ def search_step(
 
     def forward(p: Tensor) -> Tensor:
         with autocast(layout.amp, p.device):
-            return model(p).float()
+            return class_logits(model(p)).float()
 
     logits, pullback = torch.func.vjp(forward, point)
     probs = logits.softmax(1)

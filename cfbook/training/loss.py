@@ -17,6 +17,7 @@ from cfbook.search.checks import count_classes
 from cfbook.search.constraints import Categorical, Domain, Mutability
 from cfbook.search.generators import model_device
 from cfbook.search.interface import Generator, check_generator
+from cfbook.search.logits import class_logits
 from cfbook.training import distributed
 from cfbook.training.counterfactuals import (
     CounterfactualBatch,
@@ -56,12 +57,12 @@ def counterfactual_terms(
     inputs = [cf.counterfactual[rows], cf.neighbour[rows], cf.nascent[rows]]
     if fuse:
         with torch.set_grad_enabled(grad_energy or grad_adv):
-            outputs = list(model(torch.cat(inputs)).float().split(inputs[0].shape[0]))
+            outputs = list(class_logits(model(torch.cat(inputs))).float().split(inputs[0].shape[0]))
     else:
         with torch.set_grad_enabled(grad_energy):
-            outputs = [model(x).float() for x in inputs[:2]]
+            outputs = [class_logits(model(x)).float() for x in inputs[:2]]
         with torch.set_grad_enabled(grad_adv):
-            outputs.append(model(inputs[2]).float())
+            outputs.append(class_logits(model(inputs[2])).float())
     target = cf.target[rows]
     z_cf, z_nb = _target_logit(outputs[0], target), _target_logit(outputs[1], target)
     differential = z_cf - z_nb
@@ -88,7 +89,7 @@ def batch_loss(
     fuse: bool,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """One mini-batch's loss, and its counterfactual terms (none without counterfactuals)."""
-    loss = objective.lambda_clf * nn.functional.cross_entropy(model(xb).float(), yb)
+    loss = objective.lambda_clf * nn.functional.cross_entropy(class_logits(model(xb)).float(), yb)
     if cf is None:
         return loss, {}
     terms = counterfactual_terms(model, objective, cf, rows, fuse)
