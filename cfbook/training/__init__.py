@@ -9,13 +9,14 @@ data, the paper grid or the book.
 """
 
 from cfbook.training.log import EpochRecord, TrainingLog, load_log, save_log
-from cfbook.training.loop import LowValidityWarning, counterfactual_training
+from cfbook.training.loop import LowValidityWarning, SearchProbeWarning, counterfactual_training
 from cfbook.training.loss import CounterfactualLoss, counterfactual_terms
 
 __all__ = [
     "CounterfactualLoss",
     "EpochRecord",
     "LowValidityWarning",
+    "SearchProbeWarning",
     "TrainingLog",
     "counterfactual_terms",
     "counterfactual_training",

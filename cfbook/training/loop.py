@@ -36,7 +36,13 @@ from cfbook.training.checkpoint import (
 from cfbook.training.counterfactuals import CounterfactualBatch
 from cfbook.training.data import batch_tensors, training_tensors
 from cfbook.training.log import EpochRecord, TrainingLog
-from cfbook.training.loss import TERM_WEIGHTS, CounterfactualLoss
+from cfbook.training.loss import (
+    LOW_VALIDITY,
+    TERM_WEIGHTS,
+    CounterfactualLoss,
+    LowValidityWarning,
+    SearchProbeWarning,
+)
 from cfbook.training.run import (
     TrainingRun,
     data_fingerprint,
@@ -47,7 +53,7 @@ from cfbook.training.run import (
     optimizer_identity,
 )
 
-__all__ = ["LOW_VALIDITY", "LowValidityWarning", "counterfactual_training"]
+__all__ = ["LOW_VALIDITY", "LowValidityWarning", "SearchProbeWarning", "counterfactual_training"]
 
 
 def _check_arguments(
@@ -264,7 +270,12 @@ def counterfactual_training(
     energy differential is exactly zero; ``"raw"`` (CT.jl's Native branch, which its GPU tutorial
     runs) keeps the search's last iterate, valid or not. The log's meta records it as
     ``"mature"``. Under ``"neighbour"``, an epoch in which fewer than half of the counterfactuals
-    are valid warns once (``LowValidityWarning``): the energy term is then mostly zero.
+    are valid warns once (``LowValidityWarning``): the energy term is then mostly zero. Before
+    the first search epoch, a probe search of 64 training rows with cfbook's generator measures
+    the validity to expect (printed with ``verbose``); under ``"neighbour"`` below half it warns
+    (``SearchProbeWarning``), naming a larger step size that reached half on the same rows, if
+    one does. ``cfbook.search.calibrate_search`` picks the step before training. The probe draws
+    its rows with its own generator: the run's results do not depend on it.
 
     ``categorical`` lists one-hot groups (sequences of column indices) that the training-time
     search decodes at every step, as at test time (``NativeGenerator.generate``), so that the
@@ -336,6 +347,12 @@ def counterfactual_training(
     warned_validity = False
     for epoch in range(start, nepochs + 1):
         cf, sums, seconds = _epoch(t, epoch)
+        if verbose and ct.probed_at == epoch:
+            print(
+                f"epoch {epoch}: a probe search of {ct.probe_rows} training rows found "
+                f"{ct.probe_validity:.0%} valid before the epoch's search",
+                flush=True,
+            )
         if epoch == profile_epoch:
             log.meta["epoch_profile"] = opts.profiler.report
         record = _record(
@@ -471,14 +488,6 @@ def _save(
         },
         checkpoint_dir,
     )
-
-
-#: Below this share of valid counterfactuals, an epoch under mature="neighbour" warns.
-LOW_VALIDITY = 0.5
-
-
-class LowValidityWarning(UserWarning):
-    """Most of an epoch's counterfactuals were invalid, so CT's energy term was mostly zero."""
 
 
 def _warn_low_validity(record: EpochRecord) -> bool:

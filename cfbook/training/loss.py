@@ -7,15 +7,18 @@ for ``counterfactual_training``'s."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
 
+from cfbook.errors import warn
 from cfbook.inputs import check_label_range, require_int
 from cfbook.objectives import Objective
+from cfbook.search.calibration import PROBE_SEARCH_ROWS, STEP_SIZES, probe_validity
 from cfbook.search.checks import count_classes
 from cfbook.search.constraints import Categorical, Domain, Mutability
-from cfbook.search.generators import model_device
+from cfbook.search.generators import SearchParameters, model_device
 from cfbook.search.interface import Generator, check_generator
 from cfbook.search.logits import class_logits
 from cfbook.training import distributed
@@ -28,7 +31,28 @@ from cfbook.training.counterfactuals import (
 )
 from cfbook.training.data import check_training_data, training_tensors
 
-__all__ = ["TERM_WEIGHTS", "CounterfactualLoss", "batch_loss", "counterfactual_terms"]
+__all__ = [
+    "LOW_VALIDITY",
+    "TERM_WEIGHTS",
+    "CounterfactualLoss",
+    "LowValidityWarning",
+    "SearchProbeWarning",
+    "batch_loss",
+    "counterfactual_terms",
+]
+
+#: Below this share of valid counterfactuals, an epoch under mature="neighbour" warns, and so
+#: does the probe before the first search epoch.
+LOW_VALIDITY = 0.5
+
+
+class LowValidityWarning(UserWarning):
+    """Most of an epoch's counterfactuals were invalid, so CT's energy term was mostly zero."""
+
+
+class SearchProbeWarning(LowValidityWarning):
+    """Before the first search epoch, most of a probe's searches did not reach their target."""
+
 
 #: The counterfactual loss terms and the objective's weight for each.
 TERM_WEIGHTS = {"implaus": "lambda_div", "reg_loss": "lambda_reg", "adv_loss": "lambda_adv"}
@@ -188,6 +212,9 @@ class CounterfactualLoss:
         self.rng = torch.Generator(device=device)
         self.rng.manual_seed(seed)
         self.counterfactuals: CounterfactualBatch | None = None
+        self.probe_rows = min(PROBE_SEARCH_ROWS, self.x.shape[0])
+        self.probe_validity: float | None = None
+        self.probed_at: int | None = None
 
     def searches_in(self, epoch: int) -> bool:
         """Whether ``start_epoch`` searches counterfactuals in ``epoch``."""
@@ -206,10 +233,56 @@ class CounterfactualLoss:
                     f"on {self.x.device}: make it after the model moves to its training device "
                     "(in Lightning, in the LightningModule's on_fit_start)"
                 )
+            if epoch == self.burnin_epochs + 1:
+                self._probe(model, epoch)
             self.counterfactuals = epoch_counterfactuals(
                 model, self.x, self.y, self.search, self.rng
             )
         return self.counterfactuals
+
+    def _probe(self, model: nn.Module, epoch: int) -> None:
+        """Before the first search epoch, the share of a probe's searches (``PROBE_SEARCH_ROWS``
+        training rows, targets among the classes the model does not predict) that reach their
+        target with the model as it stands: the validity to expect (``probe_validity``). Under
+        ``mature="neighbour"``, below ``LOW_VALIDITY`` it warns, naming the smallest larger step
+        size that reached it on the same rows, if one of ``STEP_SIZES`` does. Only cfbook's
+        generators are probed (a search of one's own may keep state); the probe draws its rows
+        with its own random generator, so the run's results do not change."""
+        generator = self.generator
+        if not isinstance(generator, SearchParameters):
+            return
+        search = self.search
+        kwargs = {
+            "domain": search.domain,
+            "mutability": search.mutability,
+            "categorical": search.categorical,
+            "rows": self.probe_rows,
+        }
+        self.probe_validity = probe_validity(generator, model, self.x, **kwargs)
+        self.probed_at = epoch
+        if self.mature != "neighbour" or self.probe_validity >= LOW_VALIDITY:
+            return
+        fix = None
+        for step in (s for s in STEP_SIZES if s > generator.step_size):
+            share = probe_validity(replace(generator, step_size=step), model, self.x, **kwargs)
+            if share >= LOW_VALIDITY:
+                fix = (
+                    f"With step_size={step} the same searches reached {share:.0%}: pass "
+                    f"{type(generator).__name__}(step_size={step}, ...), or pick a step with "
+                    "cfbook.search.calibrate_search"
+                )
+                break
+        fix = fix or (
+            f"No step size up to {STEP_SIZES[-1]} reached {LOW_VALIDITY:.0%} on the same rows: "
+            "raise maxiter, lower tau or lambda_cost, train longer before searching (burnin), "
+            "or train with mature='raw'"
+        )
+        warn(
+            f"epoch {epoch}: a probe search of {self.probe_rows} training rows with the model as "
+            f"it stands found {self.probe_validity:.0%} valid, so under mature='neighbour' CT's "
+            f"energy term would be mostly zero. {fix}.",
+            SearchProbeWarning,
+        )
 
     def loss(
         self, model: nn.Module, xb: Tensor, yb: Tensor, batch: int
