@@ -24,6 +24,7 @@ from cfbook import (
 )
 from cfbook.data import DeviceLoader
 from cfbook.models import mlp
+from cfbook.search.calibration import PROBE_SEARCH_ROWS
 from cfbook.training import distributed
 from cfbook.training.log import save_log
 
@@ -43,6 +44,8 @@ class RecordingGenerator(NativeGenerator):
 
     def generate(self, model, x, target, **kwargs):
         result = super().generate(model, x, target, **kwargs)
+        if len(x) == PROBE_SEARCH_ROWS:  # the probe before the first search epoch, not one
+            return result
         x_all = toy_data()[0].to(x.device)
         rows = (x[:, None, :] == x_all[None]).all(2).float().argmax(1)
         SEARCHED.append(

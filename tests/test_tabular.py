@@ -154,7 +154,7 @@ def test_a_tabular_loader_cuts_its_own_file_in_row_order_by_default(
     assert data.y.tolist() == labels[:cut] and data.y_test.tolist() == labels[cut:]
     assert loader(shuffle=True).y.tolist() != labels[:cut]
     with pytest.raises(FileNotFoundError, match=f"elsewhere/tabular/{file} is missing"):
-        loader(data_dir=tmp_path / "elsewhere")
+        loader(root=tmp_path / "elsewhere")
 
 
 def test_a_data_sets_loader_shuffles_its_training_part_in_batches_of_1000_by_default():
@@ -172,8 +172,11 @@ def test_a_data_sets_loader_shuffles_its_training_part_in_batches_of_1000_by_def
 def test_a_missing_or_altered_file_is_named_with_its_checksum_and_the_fix(tmp_path: Path):
     name = "gmsc_balanced.csv.gz"
     (tmp_path / "tabular").mkdir()
-    with pytest.raises(FileNotFoundError, match=f"tabular/{name} is missing.*{MD5[name]}"):
+    with pytest.raises(FileNotFoundError, match=f"tabular/{name} is missing.*{MD5[name]}") as err:
         read_verified(name, tmp_path)
+    # From a wheel install: where the file goes, where to get it, how to point cfbook at it.
+    assert str(tmp_path / "tabular" / name) in str(err.value)
+    assert "TaijaData.jl's gmsc.csv" in str(err.value) and "root=" in str(err.value)
     shutil.copy(REPO / "data" / "tabular" / name, tmp_path / "tabular" / name)
     assert read_verified(name, tmp_path).startswith("target,")
     text = gzip.decompress((tmp_path / "tabular" / name).read_bytes())
@@ -184,4 +187,4 @@ def test_a_missing_or_altered_file_is_named_with_its_checksum_and_the_fix(tmp_pa
     with pytest.raises(ValueError, match="not a readable gzip file"):
         read_verified(name, tmp_path)
     with pytest.raises(FileNotFoundError):
-        load_gmsc(data_dir=tmp_path / "elsewhere")
+        load_gmsc(root=tmp_path / "elsewhere")

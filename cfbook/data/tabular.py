@@ -39,6 +39,20 @@ MD5 = {
     "gmsc_balanced.csv.gz": "7f5c4d6a796ab440a1ffb940a99c97ea",
 }
 
+# Where each file comes from, for a user without the repository's copy (data/README.md).
+SOURCES = {
+    "adult.data.gz": "UCI's adult.data (https://archive.ics.uci.edu/dataset/2/adult)",
+    "california_housing_balanced.csv.gz": (
+        "TaijaData.jl's california_housing.csv (https://github.com/JuliaTrustworthyAI/TaijaData.jl)"
+    ),
+    "credit_default_balanced.csv.gz": (
+        "TaijaData.jl's credit_default.csv (https://github.com/JuliaTrustworthyAI/TaijaData.jl)"
+    ),
+    "gmsc_balanced.csv.gz": (
+        "TaijaData.jl's gmsc.csv (https://github.com/JuliaTrustworthyAI/TaijaData.jl)"
+    ),
+}
+
 ADULT_COLUMNS = (
     "age",
     "workclass",
@@ -125,17 +139,19 @@ class TabularData:
         return DeviceLoader(self.x, self.y, batch_size, shuffle=shuffle, seed=seed)
 
 
-def read_verified(name: str, data_dir: str | Path | None = None) -> str:
-    """The text of ``data/tabular/<name>`` after checking its MD5; a clear error if the file is
-    missing or not the expected one."""
-    root = Path(data_dir) if data_dir is not None else find_data_dir()
+def read_verified(name: str, root: str | Path | None = None) -> str:
+    """The text of ``<root>/tabular/<name>`` (``root``: the data folder, by default
+    ``find_data_dir()``) after checking its MD5; a clear error if the file is missing, saying
+    where it goes and where to get it, or if it is not the expected one."""
+    root = Path(root).expanduser() if root is not None else find_data_dir()
     path = root / "tabular" / name
     expected = MD5[name]
     if not path.is_file():
         raise FileNotFoundError(
-            f"{display_path(path, root)} is missing (expected MD5 {expected} of its content): "
-            "restore it with `git checkout -- data/tabular` or copy it from the CT paper's data "
-            "(see data/README.md)"
+            f"{path} is missing (expected MD5 {expected} of its uncompressed content). A clone "
+            "of cfbook's repository ships it: `git checkout -- data/tabular` restores it. "
+            f"Installed from a wheel, get {SOURCES[name]}, gzip it to {path} and pass "
+            "root=<that data folder> or set CFBOOK_DATA_DIR"
         )
     try:
         raw = gzip.decompress(path.read_bytes())
@@ -233,13 +249,13 @@ def _csv_table(text: str, target: str) -> tuple[dict[str, list[str]], np.ndarray
 
 
 def load_california_housing(
-    data_dir: str | Path | None = None,
+    root: str | Path | None = None,
     device: torch.device | str = "cpu",
     shuffle: bool = False,
 ) -> TabularData:
     """California housing (Pace and Barry, 1997): 8 numeric features; 1 = median house value
     at or above the median; 20,630 rows, balanced."""
-    table, y = _csv_table(read_verified("california_housing_balanced.csv.gz", data_dir), "target")
+    table, y = _csv_table(read_verified("california_housing_balanced.csv.gz", root), "target")
     return build(
         "california_housing",
         table,
@@ -251,13 +267,13 @@ def load_california_housing(
 
 
 def load_credit_default(
-    data_dir: str | Path | None = None,
+    root: str | Path | None = None,
     device: torch.device | str = "cpu",
     shuffle: bool = False,
 ) -> TabularData:
     """Default of credit card clients (Yeh, 2009): 23 features, SEX, EDUCATION and MARRIAGE
     categorical (AGE is then column 15, as in the paper); 1 = no default; 13,272 rows."""
-    table, y = _csv_table(read_verified("credit_default_balanced.csv.gz", data_dir), "target")
+    table, y = _csv_table(read_verified("credit_default_balanced.csv.gz", root), "target")
     cats = ("SEX", "EDUCATION", "MARRIAGE")
     return build(
         "credit_default",
@@ -271,18 +287,18 @@ def load_credit_default(
 
 
 def load_gmsc(
-    data_dir: str | Path | None = None,
+    root: str | Path | None = None,
     device: torch.device | str = "cpu",
     shuffle: bool = False,
 ) -> TabularData:
     """Give Me Some Credit (Kaggle, 2011): 10 numeric features; 1 = no serious delinquency;
     16,714 rows, balanced, rows with missing values dropped."""
-    table, y = _csv_table(read_verified("gmsc_balanced.csv.gz", data_dir), "target")
+    table, y = _csv_table(read_verified("gmsc_balanced.csv.gz", root), "target")
     return build("gmsc", table, y, source="CT.jl's balanced CSV", device=device, shuffle=shuffle)
 
 
 def load_adult(
-    data_dir: str | Path | None = None,
+    root: str | Path | None = None,
     device: torch.device | str = "cpu",
     shuffle: bool = False,
 ) -> TabularData:
@@ -291,7 +307,7 @@ def load_adult(
 
     TaijaData serves a processed copy of this file; we read UCI's own, so its columns may differ
     from the paper's in details we could not check (such as ``fnlwgt``)."""
-    text = read_verified("adult.data.gz", data_dir)
+    text = read_verified("adult.data.gz", root)
     rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
     table = {c: [r[i] for r in rows] for i, c in enumerate(ADULT_COLUMNS)}
     y = np.array([int(r[-1] == ">50K") for r in rows])

@@ -217,6 +217,10 @@ def _resume(
     return state["epoch"] + 1, records
 
 
+#: ``callback(record, model, counterfactuals)`` after every epoch.
+EpochCallback = Callable[[EpochRecord, nn.Module, CounterfactualBatch | None], None]
+
+
 def counterfactual_training(
     objective: Objective,
     model: nn.Module,
@@ -235,7 +239,7 @@ def counterfactual_training(
     verbose: int = 1,
     checkpoint_dir: str | Path | None = None,
     fuse_cf_forwards: bool = False,
-    callback: Callable[[EpochRecord, nn.Module, CounterfactualBatch | None], None] | None = None,
+    callback: EpochCallback | None = None,
     amp: str | None = None,
     accumulate: int = 1,
     profile_epoch: int | None = None,
