@@ -42,6 +42,7 @@ from cfbook.search import (
     infer_domain,
 )
 from cfbook.training import (
+    CounterfactualBatch,
     CounterfactualLoss,
     EpochRecord,
     LowValidityWarning,
@@ -56,6 +57,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdversarialObjective",
+    "CounterfactualBatch",
     "CounterfactualLoss",
     "CounterfactualResult",
     "DeviceLoader",

@@ -82,10 +82,10 @@ def check_features(x: object, what: str = "x", var: str = "x") -> None:
     n_features) or samples of any shape, such as images (n_samples, channels, height, width)."""
     need = "a floating-point tensor of shape (n_samples, n_features) or (n_samples, ...)"
     if not isinstance(x, Tensor):
-        raise TypeError(
-            f"{what} must be {need}, got a {type(x).__name__}: convert with "
-            f"torch.as_tensor({var}, dtype=torch.float32)"
-        )
+        fix = f"convert with torch.as_tensor({var}, dtype=torch.float32)"
+        if type(x).__name__ == "DataFrame":
+            fix = "encode it with cfbook.data.TableEncoder, whose transform gives the tensor"
+        raise TypeError(f"{what} must be {need}, got a {type(x).__name__}: {fix}")
     if x.ndim < 2:
         raise ValueError(
             f"{what} must be {need}, got shape {tuple(x.shape)}: give each sample its own row "

@@ -481,3 +481,13 @@ def test_accuracy_and_the_attacks_check_what_training_checks():
     # The paper's attack in one call: its epsilons are the default grid.
     result = attack_accuracy(model, x, y, **PAPER_PGD)
     assert len(result["pgd"]) == len(result["epsilons"]) == 10
+
+
+def test_rounds_without_a_valid_counterfactual_are_said():
+    from cfbook import NativeGenerator
+
+    x, y = _data()
+    with pytest.warns(UserWarning, match=r"model 'm': 2 of 2 rounds found no valid counterfa"):
+        result = _evaluate(x, y, search=lambda w: NativeGenerator(maxiter=0))
+    assert result["per_round"]["m"]["cost"] == [None, None]
+    assert result["per_round"]["m"]["validity"] == [0.0, 0.0]

@@ -76,6 +76,9 @@ def test_bad_frames_and_names_are_refused_with_the_fix():
         enc.transform(frame.assign(colour="purple"))
     with pytest.raises(TypeError, match="expected a pandas DataFrame"):
         enc.transform(frame.to_numpy())
+    # A DataFrame given where a tensor goes names the encoder.
+    with pytest.raises(TypeError, match="got a DataFrame: encode it with cfbook.data.TableEncoder"):
+        NativeGenerator().generate(mlp(2, (4,), 2), frame[["age", "hours"]], torch.zeros(20))
 
 
 def _train(enc: TableEncoder, x: torch.Tensor, y: torch.Tensor, **kwargs):

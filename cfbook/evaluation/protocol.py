@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from cfbook.errors import warn
 from cfbook.evaluation.measures import (
     LENGTH_SCALES,
     Measure,
@@ -265,6 +266,23 @@ def _search_weight(
     return found
 
 
+def _warn_empty_rounds(per_round: dict[str, dict[str, list[float | None]]], rounds: int) -> None:
+    """Say which models' rounds found no valid counterfactual at any energy weight: their
+    measures of valid counterfactuals are None, and statistics over rounds leave them out."""
+    for name, figures in per_round.items():
+        others = [k for k in figures if k != "validity"]
+        if not others:
+            continue
+        empty = sum(v is None for v in figures[others[0]])
+        if empty:
+            warn(
+                f"model {name!r}: {empty} of {rounds} rounds found no valid counterfactual at "
+                f"any energy weight, so their {', '.join(others)} are None and means and "
+                f"comparisons over rounds rest on the other {rounds - empty}. A search that "
+                "reaches its target more often (more steps, a larger step size) fills them"
+            )
+
+
 def paper_evaluate(
     models: Mapping[str, nn.Module],
     x_test: Tensor,
@@ -353,6 +371,7 @@ def paper_evaluate(
         }
         for name in models
     }
+    _warn_empty_rounds(per_round, protocol.rounds)
     by_weight = {
         name: [
             {"energy_weight": w, **{k: mean_of(per_weight[name][w][k]) for k in keys}}

@@ -8,11 +8,13 @@ May import ``cfbook.search`` and ``cfbook.evaluation`` (``predict``, ``accuracy`
 data, the paper grid or the book.
 """
 
+from cfbook.training.counterfactuals import CounterfactualBatch
 from cfbook.training.log import EpochRecord, TrainingLog, load_log, save_log
 from cfbook.training.loop import LowValidityWarning, SearchProbeWarning, counterfactual_training
 from cfbook.training.loss import CounterfactualLoss, counterfactual_terms
 
 __all__ = [
+    "CounterfactualBatch",
     "CounterfactualLoss",
     "EpochRecord",
     "LowValidityWarning",
