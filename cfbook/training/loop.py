@@ -249,9 +249,10 @@ def counterfactual_training(
     """Train ``model`` with ``objective``; returns the model and its per-epoch log.
 
     ``nce`` counterfactuals (default: one per mini-batch, as in CT.jl) are searched per epoch
-    after ``round(burnin * nepochs)`` burn-in epochs by ``generator`` (any
-    ``cfbook.search.Generator``; ``NativeGenerator(cf_batchsize=...)`` bounds the rows searched
-    at once) within ``domain`` and ``mutability`` (``None``: unconstrained, every feature free).
+    after ``round(burnin * nepochs)`` burn-in epochs (default none, as in CT.jl) by
+    ``generator`` (any ``cfbook.search.Generator``; ``NativeGenerator(cf_batchsize=...)`` bounds
+    the rows searched at once) within ``domain`` and ``mutability`` (``None``: unconstrained,
+    every feature free).
     With ``checkpoint_dir`` every epoch is saved and a repeated call resumes after the last
     completed one if it is the same run: the same objective, search, ``nce``, burn-in, ``amp``,
     ``mature``, ``accumulate``, processes, domain, mutability, training data (a fingerprint),
