@@ -3,8 +3,8 @@
 The same weights, rows and targets, searched twice: once as images, given to a network that
 takes them as they are, and once as flat ``(N, 784)`` rows, given to the same network behind a
 reshape (the MLP: an ``nn.Flatten`` in front of it for the images; ResNet-18: torchvision's
-network for the images, cfbook's flat wrapper around it for the rows). The results agree to the
-bit (``tests/test_images.py`` and the table's last column); the question here is the time.
+network for the images, the same behind an ``nn.Unflatten`` for the rows). The results agree to
+the bit (``tests/test_images.py`` and the table's last column); the question here is the time.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ TARGET_RATIO = 1.10
 def _image_model(name: str, flat: nn.Module) -> nn.Module:
     """The network of ``flat`` that takes images: ResNet-18's own, or the MLP behind a
     flatten (both share ``flat``'s weights)."""
-    return flat.net if name == "resnet18" else nn.Sequential(nn.Flatten(), flat)
+    return flat[1] if name == "resnet18" else nn.Sequential(nn.Flatten(), flat)
 
 
 def _search(

@@ -175,6 +175,7 @@ def _worker(argv: list[str]) -> None:
     processes = distributed.init_distributed(args.device)
     threads = distributed.configure_threads(args.threads)
     data = load_mnist(args.samples, device=processes.device, seed=0, verbose=False)
+    data = data.for_model(args.model)  # the ResNet takes images as they are
     torch.manual_seed(0)
     model = build_model(args.model)
     loader = data.loader(shuffle=True, seed=0, **distributed.loader_shard(args.batch_size))

@@ -1,17 +1,17 @@
-"""Classifiers that take flat (N, 784) MNIST vectors, the layout counterfactual search works in."""
+"""The book's and the paper's MNIST classifiers: the ResNet-18 takes images ``(N, 1, 28, 28)``,
+the MLP flat rows ``(N, 784)`` (``INPUT_SHAPES``); the search and training take either as is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
 from torch import nn
 
 __all__ = [
     "IMAGE_SHAPE",
     "MODELS",
     "N_FEATURES",
-    "FlatImageClassifier",
+    "INPUT_SHAPES",
     "build_model",
     "count_parameters",
     "glorot_linear",
@@ -23,31 +23,9 @@ IMAGE_SHAPE = (1, 28, 28)
 N_FEATURES = 28 * 28
 
 
-class FlatImageClassifier(nn.Module):
-    """Reshape flat vectors to images before a convolutional net, rejecting wrong widths early.
-
-    Counterfactual generators perturb flat feature vectors; this wrapper lets them treat a CNN like
-    any other classifier, and turns a shape slip into a readable error, not a deep conv failure.
-    """
-
-    def __init__(self, net: nn.Module, image_shape: tuple[int, int, int] = IMAGE_SHAPE) -> None:
-        super().__init__()
-        self.image_shape = image_shape
-        self.n_features = image_shape[0] * image_shape[1] * image_shape[2]
-        self.unflatten = nn.Unflatten(1, image_shape)
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 2 or x.shape[1] != self.n_features:
-            raise ValueError(
-                f"expected flat input of shape (N, {self.n_features}), got {tuple(x.shape)}; "
-                f"flatten images with x.reshape(len(x), -1)"
-            )
-        return self.net(self.unflatten(x))
-
-
 def resnet18_mnist(num_classes: int = 10) -> nn.Module:
-    """torchvision ResNet-18 (random init, never downloaded weights) with a 1-channel stem."""
+    """torchvision ResNet-18 (random init, never downloaded weights) with a 1-channel stem: it
+    takes MNIST images as they are, ``(N, 1, 28, 28)``, and so do the search and training."""
     from torchvision.models import resnet18  # lazily: slow to import
 
     net = resnet18(weights=None, num_classes=num_classes)
@@ -60,7 +38,7 @@ def resnet18_mnist(num_classes: int = 10) -> nn.Module:
         padding=stem.padding,
         bias=stem.bias is not None,
     )
-    return FlatImageClassifier(net)
+    return net
 
 
 def mlp(
@@ -96,6 +74,8 @@ def glorot_linear(in_features: int, out_features: int) -> nn.Linear:
 
 
 MODELS: dict[str, Callable[[], nn.Module]] = {"resnet18": resnet18_mnist, "mlp": mlp}
+#: One sample's shape as each model takes it: images for the ResNet, flat rows for the MLP.
+INPUT_SHAPES: dict[str, tuple[int, ...]] = {"resnet18": IMAGE_SHAPE, "mlp": (N_FEATURES,)}
 
 
 def build_model(name: str) -> nn.Module:

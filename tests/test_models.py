@@ -1,4 +1,4 @@
-"""Tests for cfbook.models: flat-input ResNet-18 and MLP classifiers."""
+"""Tests for cfbook.models: the ResNet-18 of MNIST images and the MLP of flat rows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import torch
 from torch import nn
 from torchvision.models import resnet18
 
-from cfbook.models import FlatImageClassifier, count_parameters, mlp, resnet18_mnist
+from cfbook.data import MNISTData
+from cfbook.models import INPUT_SHAPES, count_parameters, mlp, resnet18_mnist
 
 # torchvision's ResNet-18 with a 10-class head has 11,181,642 parameters; the 1-channel stem drops
 # 2 of the 3 input channels of the 64 7x7 conv1 filters.
@@ -23,7 +24,7 @@ def resnet() -> nn.Module:
 
 
 def test_resnet_output_shape_in_both_modes(resnet: nn.Module) -> None:
-    x = torch.rand(2, 784) * 2 - 1
+    x = torch.rand(2, 1, 28, 28) * 2 - 1
     resnet.train()
     assert resnet(x).shape == (2, 10)
     resnet.eval()
@@ -37,17 +38,16 @@ def test_resnet_parameter_count_and_stem(resnet: nn.Module) -> None:
     assert count_parameters(resnet18(weights=None, num_classes=10)) - 2 * 64 * 49 == (
         count_parameters(resnet)
     )
-    stem = resnet.net.conv1
+    stem = resnet.conv1
     assert stem.in_channels == 1 and stem.out_channels == 64
     assert (stem.kernel_size, stem.stride, stem.padding) == ((7, 7), (2, 2), (3, 3))
     assert stem.bias is None
-    assert isinstance(resnet, FlatImageClassifier) and isinstance(resnet.unflatten, nn.Unflatten)
 
 
 def test_resnet_num_classes() -> None:
     model = resnet18_mnist(num_classes=3).eval()
     with torch.no_grad():
-        assert model(torch.zeros(2, 784)).shape == (2, 3)
+        assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 3)
 
 
 def test_resnet_gradients_reach_the_input(resnet: nn.Module) -> None:
@@ -55,24 +55,20 @@ def test_resnet_gradients_reach_the_input(resnet: nn.Module) -> None:
     # ReLU's gradient is zero (a shared model passed only once another test had trained its
     # running statistics).
     resnet.eval()
-    x = (torch.rand(2, 784, generator=torch.Generator().manual_seed(0)) * 2 - 1).requires_grad_()
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(2, 1, 28, 28, generator=g) * 2 - 1).requires_grad_()
     resnet(x)[:, 3].sum().backward()
-    assert x.grad is not None and x.grad.shape == (2, 784) and x.grad.abs().sum() > 0
+    assert x.grad is not None and x.grad.shape == (2, 1, 28, 28) and x.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("shape", [(2, 100), (2, 1, 28, 28), (784,)])
-def test_resnet_rejects_wrong_input_shapes(resnet: nn.Module, shape: tuple[int, ...]) -> None:
-    with pytest.raises(ValueError, match=r"\(N, 784\)"):
-        resnet(torch.zeros(shape))
-
-
-def test_flat_vectors_become_images_of_any_shape_row_by_row() -> None:
-    image = FlatImageClassifier(nn.Identity(), image_shape=(3, 4, 6))
-    assert image.image_shape == (3, 4, 6) and image.n_features == 72
-    x = torch.arange(144.0).reshape(2, 72)
-    assert torch.equal(image(x), x.reshape(2, 3, 4, 6))
-    with pytest.raises(ValueError, match=r"\(N, 72\)"):
-        image(torch.zeros(2, 3 * 6 * 6))
+def test_the_data_come_in_the_shape_each_model_takes() -> None:
+    x = torch.arange(2 * 784.0).reshape(2, 784)
+    data = MNISTData(x, torch.zeros(2), x[:1], torch.zeros(1), "test", "test")
+    images = data.for_model("resnet18")
+    assert images.x.shape == (2, 1, 28, 28) and images.x_val.shape == (1, 1, 28, 28)
+    assert torch.equal(images.x.flatten(1), x)  # row by row, pixel by pixel
+    assert data.for_model("mlp").x.shape == (2, 784)
+    assert INPUT_SHAPES == {"resnet18": (1, 28, 28), "mlp": (784,)}
 
 
 def test_mlp_structure_and_output() -> None:

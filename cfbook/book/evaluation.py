@@ -60,10 +60,10 @@ class EvaluationConfig:
 
 
 def encode_images(x: Tensor, low: float, high: float) -> list[str]:
-    """Images as hex strings of 8-bit levels between the domain bounds: a gallery file of a few
-    kilobytes per digit that is still plain JSON."""
+    """Images (flat rows or ``(n, 1, 28, 28)``) as hex strings of 8-bit levels between the
+    domain bounds: a gallery file of a few kilobytes per digit that is still plain JSON."""
     levels = ((x - low) / (high - low) * 255).round().clamp(0, 255).to(torch.uint8).cpu()
-    return [bytes(row.tolist()).hex() for row in levels]
+    return [bytes(row.tolist()).hex() for row in levels.flatten(1)]
 
 
 def decode_levels(images: list[str]) -> Tensor:

@@ -138,6 +138,7 @@ def _train_run(
     with the run's seed, so the full and the vanilla stage start from identical weights and see
     the same mini-batch order."""
     seed = profile.run_seeds()[run - 1]
+    data = data.for_model(profile.model)  # the ResNet takes images as they are
     loader = data.loader(shuffle=True, seed=seed, **distributed.loader_shard(profile.batch_size))
     torch.manual_seed(seed)
     model = build_model(profile.model)
@@ -263,6 +264,7 @@ def run_evaluation_step(
         )
     device = torch.device(device)
     data, _ = profile_data(profile, device=device, data_dir=root)
+    data = data.for_model(profile.model)
     seeds = profile.run_seeds()
     models = {
         mode: [_load_run(root, profile, mode, run, device) for run in range(1, profile.runs + 1)]

@@ -7,7 +7,7 @@ import os
 import shutil
 import socket
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,7 @@ import torch
 from cfbook.data.loader import DeviceLoader
 from cfbook.data.paths import display_path, find_data_dir
 from cfbook.errors import SetupError
-from cfbook.models import IMAGE_SHAPE, N_FEATURES
+from cfbook.models import IMAGE_SHAPE, INPUT_SHAPES, N_FEATURES
 
 DOWNLOAD_TIMEOUT_S = 10.0
 
@@ -73,6 +73,16 @@ class MNISTData:
             seed=seed,
             rank=rank,
             world_size=world_size,
+        )
+
+    def for_model(self, name: str) -> MNISTData:
+        """The same data in the sample shape the model ``name`` takes (``INPUT_SHAPES``):
+        images ``(n, 1, 28, 28)`` for the ResNet, flat rows for the MLP (views, no copies)."""
+        shape = INPUT_SHAPES[name]
+        return replace(
+            self,
+            x=self.x.reshape(self.x.shape[0], *shape),
+            x_val=self.x_val.reshape(self.x_val.shape[0], *shape),
         )
 
     def val_loader(self, batch_size: int = 1024) -> DeviceLoader:
