@@ -185,8 +185,10 @@ def test_missing_logs_say_which_command_to_run(
 def test_every_profile_model_can_be_built(name: str) -> None:
     import torch
 
+    from cfbook.models import INPUT_SHAPES
+
     model = build_model(name)
-    assert model(torch.zeros(2, 784)).shape == (2, 10)
+    assert model(torch.zeros(2, *INPUT_SHAPES[name])).shape == (2, 10)
 
 
 def test_unknown_model_is_an_error() -> None:
