@@ -35,7 +35,7 @@ def test_calibration_takes_the_smallest_step_that_is_enough():
     )
     steps = [m.step_size for m in measured]
     assert steps == list(STEP_SIZES[: len(steps)])  # smallest first, stopping when enough
-    assert len(steps) == 2  # 0.1 gives 62 %, 0.25 gives 91 %
+    assert len(steps) == 2  # the second step is the first that is enough
     assert measured[-1].validity >= 0.8 > max(m.validity for m in measured[:-1])
     assert generator == NativeGenerator(maxiter=10, step_size=measured[-1].step_size)
     # The measurement is the probe's: the same share for the chosen generator.

@@ -26,7 +26,8 @@ from cfbook.search.logits import class_logits
 
 __all__ = ["PROBE_SEARCH_ROWS", "STEP_SIZES", "StepProbe", "calibrate_search", "probe_validity"]
 
-#: Rows a probe searches: enough to tell 20 % from 80 %, few enough to cost a fraction of an epoch.
+#: Rows a probe searches: enough to tell a search that mostly fails from one that mostly succeeds,
+#: few enough to cost a fraction of an epoch.
 PROBE_SEARCH_ROWS = 64
 #: The step sizes ``calibrate_search`` tries, smallest first (CT.jl's default, 0.1, included).
 STEP_SIZES = (0.1, 0.25, 0.5, 1.0, 2.0)
