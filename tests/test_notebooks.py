@@ -31,15 +31,16 @@ PARAMETERS = ("CT_MODE", "profile", "data_dir")
 EXPECTED_CHECKS = {
     "setup": ("torch.equal(a, b)", "profile_table(PROFILES.values())"),
     "gpu": ("(x**2).sum()",),
-    "mnist": ("data.x.shape[1]", "data.domain"),
-    "own_data": ('print(f"one-hot groups of {[len(g) for g in groups]} columns")',),
-    "scaling": ("DeviceLoader(x, y, 3", "slurm_dry_run(2, 4"),
-    "resnet": (
+    "data_model": (
+        "data.x.shape[1]",
+        "data.domain",
         "print(model.conv1)",
         "count_parameters(model)",
         "count_parameters(mlp())",
         "tuple(logits.shape)",
     ),
+    "own_data": ('print(f"one-hot groups of {[len(g) for g in groups]} columns")',),
+    "scaling": ("DeviceLoader(x, y, 3", "slurm_dry_run(2, 4"),
 }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from conftest import REPO
 
+from cfbook.book.figures.two_d import two_d_readings, two_d_table, two_d_text
 from cfbook.evaluation.metrics import is_valid, predict
 from cfbook.paper import two_d
 from cfbook.paper.grid import _trained
@@ -109,3 +110,18 @@ def test_the_figure_file_times_its_making(tmp_path, monkeypatch):
     assert [d["key"] for d in saved["data"]] == ["lin_sep", "circles", "moons", "over"]
     assert saved["search"] == two_d.SEARCH.settings() and saved["scale"] == 100
     assert 0 <= saved["seconds"] <= took
+
+
+def test_the_chapter_text_and_table_are_written_from_the_shipped_paths():
+    """The text names the data sets the readings pick, the table has a row per panel."""
+    result = json.loads((REPO / "data" / "reproduction" / "two_d.json").read_text())
+    readings = two_d_readings(result)
+    table = two_d_table(result).splitlines()
+    assert len(table) == 2 + sum(len(r.panels) for r in readings)
+    text = two_d_text(result)
+    further = [r.label for r in readings if r.ct_further]
+    nearer = [r.label for r in readings if not r.ct_further]
+    assert f"on {len(further)} of {len(readings)} data sets ({', '.join(further)})" in text
+    assert f"nearer on {len(nearer)} ({', '.join(nearer)})" in text
+    for r in readings:
+        assert f"{r.label} {r.crossable[0]:.0%} against {r.crossable[1]:.0%}" in text

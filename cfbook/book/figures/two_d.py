@@ -37,7 +37,15 @@ def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
                     contours={"start": 0.0, "end": 1.0, "size": 0.1},
                     opacity=0.45,
                     showscale=i == 0,
-                    colorbar={"title": "p(class 1)"},
+                    # Below the panels, across the figure: a phone keeps the panels' width.
+                    colorbar={
+                        "title": {"text": "p(class 1)", "side": "top"},
+                        "orientation": "h",
+                        "y": -0.1,
+                        "yanchor": "top",
+                        "thickness": 10,
+                        "len": 1.0,
+                    },
                     hoverinfo="skip",
                 ),
                 *pos,
@@ -52,7 +60,7 @@ def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
                         y=[p[1] for p in xs],
                         mode="markers",
                         marker={"size": 3, "color": CLASS_COLOURS[c]},
-                        name=f"training data, class {c}",
+                        name=f"class {c}",
                         showlegend=i == 0,
                         hoverinfo="skip",
                     ),
@@ -104,12 +112,25 @@ def _traces(d: dict[str, Any]) -> list[tuple[go.BaseTraceType, int, int]]:
     return out
 
 
+#: Panel titles short enough for two panels side by side on a phone, in the order of the
+#: data's panels; the last panel's model is CT trained with x1 protected.
+SHORT_TITLES = ("baseline", "CT", "baseline, x1 fixed", "CT, x1 fixed")
+
+
 def two_d_figure(result: dict[str, Any]) -> go.Figure:
-    """Four panels per data set (baseline, CT, each searched with x1 protected); a menu picks
-    the data set. A path runs from its factual to a star (valid) or a cross (not valid)."""
+    """Four panels per data set, two by two (baseline and CT, free and with x1 protected); a
+    menu picks the data set. A path runs from its factual to a star (valid) or a cross (not
+    valid). The colour bar and the legend sit below the panels, so the panels keep the width."""
     first = result["data"][0]
+    titles = [*SHORT_TITLES[: len(first["panels"])]]
     fig = make_subplots(
-        rows=2, cols=2, subplot_titles=[p["title"] for p in first["panels"]], shared_xaxes=True
+        rows=2,
+        cols=2,
+        subplot_titles=titles,
+        shared_xaxes=True,
+        shared_yaxes=True,
+        horizontal_spacing=0.06,
+        vertical_spacing=0.1,
     )
     counts = []
     for k, d in enumerate(result["data"]):
@@ -127,15 +148,24 @@ def two_d_figure(result: dict[str, Any]) -> go.Figure:
         start += n
     fig.update_layout(
         template=TEMPLATE,
-        height=720,
+        height=760,
         updatemenus=[
-            {"buttons": buttons, "direction": "right", "x": 0.0, "y": 1.12, "type": "buttons"}
+            {
+                "buttons": buttons,
+                "direction": "right",
+                "x": 0.0,
+                "xanchor": "left",
+                "y": 1.07,
+                "yanchor": "bottom",
+                "type": "buttons",
+            }
         ],
-        legend={"orientation": "h", "y": -0.08},
-        margin={"t": 90},
+        legend={"orientation": "h", "y": -0.22, "yanchor": "top", "x": 0.0},
+        margin={"t": 80, "b": 190, "l": 45, "r": 10},
     )
-    fig.update_xaxes(title_text="x1")
-    fig.update_yaxes(title_text="x2")
+    fig.update_annotations(font_size=13)
+    fig.update_xaxes(title_text="x1", row=2)
+    fig.update_yaxes(title_text="x2", col=1)
     return fig
 
 
@@ -199,46 +229,54 @@ def two_d_readings(result: dict[str, Any]) -> list[TwoDReading]:
     return out
 
 
-def two_d_text(result: dict[str, Any]) -> str:
-    """Per data set, what the paths show (``two_d_readings``): how far the searches travel (L1)
-    for the baseline and for CT, how many end valid, and whether a protected search ever moved
-    along x1."""
-    readings = two_d_readings(result)
-    lines = []
-    for r in readings:
-        parts = []
+def two_d_table(result: dict[str, Any]) -> str:
+    """A Markdown table of every panel's searches (``two_d_readings``): how many end valid, their
+    mean path length and reach (L1), and how many times its reach a wandering path runs."""
+    lines = [
+        "| data | panel | valid | path length | reach | wanders |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in two_d_readings(result):
         for p in r.panels:
-            part = (
-                f"{p.title}: {p.valid}/{p.searches} valid, mean path length {p.length:.2f}, "
-                f"reach {p.reach:.2f}"
+            wanders = f"{p.length / p.reach:.0f}x" if p.wanders else ""
+            lines.append(
+                f"| {r.label} | {p.title} | {p.valid}/{p.searches} | {p.length:.2f} "
+                f"| {p.reach:.2f} | {wanders} |"
             )
-            if p.wanders:
-                part += (
-                    f" (the paths wander: {p.length / p.reach:.0f} times as long as their reach)"
-                )
-            parts.append(part)
-        moved = [p.title for p in r.panels if p.moved_x1]
-        frozen = "x1 moved in " + ", ".join(moved) if moved else "no protected search moved x1"
-        lines.append(f"- **{r.label}**: " + "; ".join(parts) + f"; {frozen}.")
+    return "\n".join(lines)
+
+
+def _listed(labels: list[str]) -> str:
+    return ", ".join(labels) or "none"
+
+
+def two_d_text(result: dict[str, Any]) -> str:
+    """What the paths show, in a few sentences written from ``two_d_readings``: on which data
+    sets CT's free searches end further than the baseline's and on which they are valid more
+    or less often, whether a protected search ever moved x1, and per data set the share of
+    columns a search along x2 can cross, baseline against CT trained with x1 protected."""
+    readings = two_d_readings(result)
+    n = len(readings)
     further = [r.label for r in readings if r.ct_further]
-    lines.append(
-        f"\nCT's free searches end further from their factuals than the baseline's on "
-        f"{len(further)} of {len(readings)} data sets ({', '.join(further) or 'none'})."
-    )
+    nearer = [r.label for r in readings if not r.ct_further]
+    more = [r.label for r in readings if r.panels[1].valid > r.panels[0].valid]
+    fewer_valid = [r.label for r in readings if r.panels[1].valid < r.panels[0].valid]
+    moved = [f"{r.label} ({p.title})" for r in readings for p in r.panels if p.moved_x1]
     fewer = [r.label for r in readings if r.fewer_crossable]
-    lines.append(
-        "\nA search with x1 protected can reach the other class only where the class changes "
-        "along x2. In the drawn grid it does so in this share of the columns (x1 fixed), "
-        "baseline against CT trained with x1 protected: "
+    return (
+        f"CT's free searches end further from their factuals than the baseline's on "
+        f"{len(further)} of {n} data sets ({_listed(further)}) and nearer on {len(nearer)} "
+        f"({_listed(nearer)}). More of them are valid than the baseline's on {len(more)} "
+        f"({_listed(more)}), fewer on {len(fewer_valid)} ({_listed(fewer_valid)}). "
+        + (f"x1 moved in {_listed(moved)}." if moved else "No protected search moved x1.")
+        + "\n\nA search along x2 alone can cross the boundary in this share of the drawn "
+        "columns (x1 fixed), baseline against CT trained with x1 protected: "
         + "; ".join(
             f"{r.label} {r.crossable[0]:.0%} against {r.crossable[1]:.0%}" for r in readings
         )
-        + f". Training with x1 protected left fewer columns crossable on {len(fewer)} of "
-        f"{len(readings)} data sets ({', '.join(fewer) or 'none'}). One seed's models: the "
-        "reproduction chapter's validity table counts the protected searches of three seeds "
-        "beside the paper's."
+        + f". Training with x1 protected left fewer columns crossable on {len(fewer)} of {n} "
+        f"({_listed(fewer)})."
     )
-    return "\n".join(lines)
 
 
 def _crossable(panel: dict[str, Any]) -> float:
