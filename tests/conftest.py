@@ -86,11 +86,12 @@ class SmokeBook:
 
 def make_data_dir(root: Path) -> Path:
     """A fresh data folder (so no real log is touched) that still sees the shipped data sets:
-    MNIST, the tabular files ("CT on your own data" reads Adult), and the shipped `tutorial` and
-    `cpu` logs (the comparison chapter draws the Julia page's run beside the `cpu` profile)."""
+    MNIST, the tabular files ("CT on your own data" reads Adult), the shipped `tutorial` and
+    `cpu` logs (the main example draws the GPU run beside the `cpu` profile), the grid's results
+    and the main example's weights."""
     data_dir = root / "data"
     data_dir.mkdir()
-    for shipped in ("MNIST", "tabular", "tutorial", "cpu"):
+    for shipped in ("MNIST", "tabular", "tutorial", "cpu", "reproduction", "main_example"):
         (data_dir / shipped).symlink_to(REPO / "data" / shipped, target_is_directory=True)
     return data_dir
 

@@ -543,21 +543,22 @@ def test_smoke_stage_notebooks_are_kept_beside_the_logs(smoke_book: SmokeBook) -
 
 @pytest.mark.slow
 def test_smoke_chapters_hold_the_comparison_figure(smoke_book: SmokeBook) -> None:
-    nb = nbformat.read(smoke_book.build_dir / "book" / "comparison.ipynb", as_version=4)
-    figures = [
-        o.data["application/vnd.plotly.v1+json"]
+    nb = nbformat.read(smoke_book.build_dir / "book" / "what_ct_buys.ipynb", as_version=4)
+    figures = {
+        c.source.split("#| label: ")[1].split()[0]: o.data["application/vnd.plotly.v1+json"]
         for c in nb.cells
-        if c.cell_type == "code"
+        if c.cell_type == "code" and "#| label: fig-" in c.source
         for o in c.outputs
         if "application/vnd.plotly.v1+json" in o.get("data", {})
-    ]
-    # The seeds' comparison, then the seed page's run (the shipped `tutorial` logs) as the Julia
-    # page draws it: time, accuracy and implausibility, stacked.
-    assert len(figures) == 2
-    assert {"xaxis", "xaxis2", "xaxis3", "xaxis4"} <= set(figures[0]["layout"])
-    seed_page = figures[1]["layout"]
+    }
+    # The seeds' comparison, then the tutorial profile's GPU run (the shipped `tutorial` logs)
+    # as the Julia page draws it: time, accuracy and implausibility, stacked.
+    assert {"xaxis", "xaxis2", "xaxis3", "xaxis4"} <= set(figures["fig-comparison-seeds"]["layout"])
+    seed_page = figures["fig-comparison-seed-page"]["layout"]
     titles = [seed_page[f"yaxis{k}"]["title"]["text"] for k in ("", "2", "3")]
     assert titles == ["seconds", "share", "logits"] and "xaxis4" not in seed_page
+    # The main example's gallery: ten digits searched live in the shipped MLPs.
+    assert "fig-main-gallery" in figures
     html = next(
         o.data["text/html"]
         for c in nb.cells

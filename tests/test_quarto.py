@@ -347,7 +347,7 @@ def test_quarto_pages_from_disk_draw_their_figures_offline(
 def test_quarto_search_slider_moves_the_images(
     browser: Browser, fresh_clone: Path, quarto_site: str
 ) -> None:
-    visit = open_page(browser, quarto_site, "book/evaluation.html")
+    visit = open_page(browser, quarto_site, "book/what_ct_buys.html")
     drawn_figures(visit.page)
     before = visit.page.evaluate(_HEATMAPS)
     assert len(before) == 4 and all(before)  # iterate and change, for both models

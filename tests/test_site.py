@@ -170,7 +170,7 @@ def test_every_nbconvert_page_loads_draws_and_links_cleanly(
     browser: Browser, nbconvert_site: Path, nbconvert_base: str, smoke_book: SmokeBook
 ) -> None:
     """One walk over the pages: each loads without errors and draws its notebook's figures
-    (the comparison page both of its three-panel figures), has no dead link, and its "next"
+    (the main example's page both of its three-panel figures), has no dead link, and its "next"
     link leads to the following chapter."""
     book = read_book(REPO)
     pages = [chapter.with_suffix(".html").as_posix() for chapter in book.chapters]
@@ -180,13 +180,12 @@ def test_every_nbconvert_page_loads_draws_and_links_cleanly(
         figures = drawn_figures(visit.page)
         assert figures == notebook_figures(smoke_book.build_dir / chapter), page
         assert visit.page.locator("nav.cfbook-sidebar li a").count() == len(book.chapters)
-        if page == "book/comparison.html":  # the seeds' comparison and the seed page's run
+        if page == "book/what_ct_buys.html":  # the seeds' comparison and the GPU run's panels
             panels = visit.page.evaluate(
                 "() => [...document.querySelectorAll('.plotly-graph-div')]"
                 ".map(d => d._fullLayout._subplots.cartesian.length)"
             )
-            assert panels == [3, 3]
-            assert visit.page.locator("g.cartesianlayer > g.subplot").count() == 6
+            assert panels.count(3) == 2, panels
         links[page] = page_links(visit.page)
         following += visit.page.evaluate(
             "() => Array.from(document.querySelectorAll('a[rel=next]'), a => a.href).slice(0, 1)"

@@ -25,7 +25,13 @@ from cfbook.book.figures.seed_page import (
     seed_page_summary,
     seed_page_verdict,
 )
-from cfbook.book.figures.seeds import ComparisonVerdict, Trend, seeds_summary, seeds_verdict
+from cfbook.book.figures.seeds import (
+    ComparisonVerdict,
+    Trend,
+    seeds_markdown,
+    seeds_summary,
+    seeds_verdict,
+)
 from cfbook.book.figures.two_d import two_d_readings
 from cfbook.book.report import (
     Claim,
@@ -104,7 +110,9 @@ def test_a_falling_average_that_only_tracks_validity_is_not_called_an_improvemen
     s = seeds_summary(full, vanilla)
     assert s["implaus_valid_trend_pct"] == pytest.approx([100 * (-2.47 + 2.09) / 2.47] * 3)
     assert s["implaus_fall"] == pytest.approx([0.2] * 3)
+    assert [pytest.approx(e) for e in s["implaus_valid_ends"]] == [(-2.47, -2.09)] * 3
     assert seeds_verdict(s) == ComparisonVerdict(Difference.COMPARABLE, Trend.ROSE, True)
+    assert "from -2.5 to -2.1 logits" in seeds_markdown(s)
 
 
 def test_a_single_seed_dip_of_the_baseline_is_not_higher_accuracy_with_ct():

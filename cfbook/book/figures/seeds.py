@@ -60,11 +60,12 @@ def seeds_summary(
     # The trend of the energy differential over the valid counterfactuals, first to last search
     # epoch, as a relative change (positive: it fell, i.e. CT better); and how much the average
     # over all counterfactuals fell, to show when that average tells another story.
-    trends, trends_all = [], []
+    trends, trends_all, ends = [], [], []
     for epochs in cf:
         iv = [r.implaus_valid for r in epochs if r.implaus_valid is not None]
         if len(iv) >= 2 and iv[0] != 0:
             trends.append(100 * (iv[0] - iv[-1]) / abs(iv[0]))
+            ends.append((iv[0], iv[-1]))
         ia = [r.implaus for r in epochs]
         if len(ia) >= 2:
             trends_all.append(ia[0] - ia[-1])  # absolute: it often starts at exactly 0
@@ -78,6 +79,7 @@ def seeds_summary(
         "acc_diffs_pp": acc_diffs,
         "valid_per_seed": valid,
         "implaus_valid_trend_pct": trends,
+        "implaus_valid_ends": ends,
         "implaus_fall": trends_all,
         "last_epochs": last,
     }
@@ -152,8 +154,8 @@ def seeds_markdown(s: dict[str, Any]) -> str:
         f"**Runs:** {n} seed{'s' if n != 1 else ''} per objective ({seeds}), "
         f"{s['nepochs']} epochs, the first {s['burnin_epochs']} without counterfactuals; invalid "
         f"counterfactuals count as {'their neighbour' if s['mature'] == 'neighbour' else 'found'} "
-        f'(mature="{s["mature"]}"). Differences: percentage points for accuracy, relative % '
-        "for the energy differential; positive = CT better."
+        f'(mature="{s["mature"]}"). Accuracy differences are in percentage points, positive = '
+        "CT better."
     ]
     if s["time_full"] and s["time_vanilla"]:
         out.append(
@@ -183,11 +185,13 @@ def seeds_markdown(s: dict[str, Any]) -> str:
             "over the valid ones; this run says nothing about plausibility."
         )
     else:
-        per_seed = ", ".join(f"{t:+.0f}" for t in trends)
+        ends = s["implaus_valid_ends"]
+        per_seed = ", ".join(f"{a:.1f} to {b:.1f}" for a, b in ends)
         text = (
-            f"**Plausibility:** the energy differential over the valid counterfactuals changed by "
-            f"{_spread(trends, ' %', 0)} from the first to the last search epoch ({per_seed} %; "
-            f"positive = fell): {_TREND[verdict.plausibility]}."
+            f"**Plausibility:** the energy differential over the valid counterfactuals went from "
+            f"{mean_of([a for a, _ in ends]):.1f} to {mean_of([b for _, b in ends]):.1f} logits "
+            f"from the first to the last search epoch, averaged over the seeds ({per_seed} per "
+            f"seed; lower is what CT's loss asks for): {_TREND[verdict.plausibility]}."
         )
         if verdict.other_way:
             text += (
