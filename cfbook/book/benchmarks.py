@@ -21,6 +21,8 @@ the file and renders blocks, it imports nothing of the ``benchmarks`` package.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +30,14 @@ __all__ = [
     "FORMAT",
     "RESULTS_JSON",
     "benchmark_record",
+    "benchmark_reports",
+    "benchmark_rows",
     "benchmark_summary",
     "benchmark_table",
     "block_markdown",
     "load_results",
     "provenance_line",
+    "run_label",
     "stored_benchmark",
     "table_markdown",
 ]
@@ -69,22 +74,110 @@ def provenance_line(provenance: dict[str, Any]) -> str:
     return f"_{provenance['when']}, {provenance['machine']}; {how}, {provenance['seconds']:.0f} s._"
 
 
-def table_markdown(table: dict[str, Any]) -> str:
-    """A recorded table: its title as a level-4 heading, the cells' texts, then its notes."""
+SHOWN_NOTE = "The notes of this benchmark's report above apply here too."
+
+
+def table_markdown(table: dict[str, Any], shown: Collection[str] = ()) -> str:
+    """A recorded table: its title as a level-4 heading, the cells' texts, then its notes, but
+    for those in ``shown`` (a reader has them already), which one line replaces."""
     lines = [f"#### {table['title']}", ""]
     lines.append("| " + " | ".join(table["columns"]) + " |")
     lines.append("|" + "|".join(" --- " for _ in table["columns"]) + "|")
     lines += ["| " + " | ".join(cell["text"] for cell in row) + " |" for row in table["rows"]]
-    if table["notes"]:
+    notes = [note for note in table["notes"] if note not in shown]
+    if len(notes) < len(table["notes"]):
+        notes.append(SHOWN_NOTE)
+    if notes:
         lines.append("")
-        lines += [f"- {note}" for note in table["notes"]]
+        lines += [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
 
 
-def block_markdown(record: dict[str, Any]) -> str:
-    """A recorded block as ``RESULTS.md`` shows it: title, provenance line, tables."""
+def block_markdown(record: dict[str, Any], shown: Collection[str] = ()) -> str:
+    """A recorded block as ``RESULTS.md`` shows it: title, provenance line, tables (notes in
+    ``shown`` left out, as :func:`table_markdown` does)."""
     head = f"### {record['title']}\n\n{provenance_line(record['provenance'])}\n\n"
-    return head + "\n".join(table_markdown(t) for t in record["tables"])
+    return head + "\n".join(table_markdown(t, shown) for t in record["tables"])
+
+
+def _number(title: str) -> float:
+    """A block's place in ``RESULTS.md``: the number its title starts with; unnumbered last."""
+    match = re.match(r"(\d+)\.", title)
+    return float(match.group(1)) if match else float("inf")
+
+
+def benchmark_reports(
+    names: Iterable[str],
+    kind: str,
+    *,
+    shown: Collection[str] = (),
+    results: str | Path | None = None,
+) -> tuple[str, list[str]]:
+    """The recorded blocks ``names`` of one device kind in ``RESULTS.md``'s order, as Markdown
+    (empty when none was recorded), and the notes their tables gave. Notes in ``shown`` are
+    left out, so that a second device's reports do not repeat the first's."""
+    blocks = load_results(results)
+    records = [blocks[f"{kind}/{name}"] for name in names if f"{kind}/{name}" in blocks]
+    records.sort(key=lambda record: _number(record["title"]))
+    notes = [note for record in records for table in record["tables"] for note in table["notes"]]
+    text = "\n".join(block_markdown(record, shown) for record in records)
+    return text, notes
+
+
+def run_label(provenance: dict[str, Any]) -> str:
+    """The device and the date of a recorded run, short enough for a table's first column:
+    ``NVIDIA H200, YYYY-MM-DD`` for a GPU run, ``2-core CPU, YYYY-MM-DD`` for a CPU one."""
+    machine = provenance["machine"]
+    gpu = re.search(r"GPU: ([^;(]+)", machine)
+    cores = re.search(r"(\d+) cores", machine)
+    if gpu:
+        device = gpu.group(1).strip()
+    elif cores:
+        device = f"{cores.group(1)}-core CPU"
+    else:
+        device = machine.split(";")[0]
+    return f"{device}, {provenance['when'][:10]}"
+
+
+def benchmark_rows(
+    name: str,
+    columns: list[str],
+    *,
+    kinds: tuple[str, ...] = ("cpu", "cuda"),
+    table: int = 0,
+    where: dict[str, str] | None = None,
+    results: str | Path | None = None,
+) -> str | None:
+    """A small table from recorded runs of one benchmark: the ``columns`` of its ``table``-th
+    table, a row per recorded row of each device kind, a first column naming the run (device
+    and date; :func:`run_label`). ``where`` keeps the rows whose columns have those texts. With
+    a single run, the recorded table's title and the run head the table instead of a column.
+    None when no kind has a matching row."""
+    rows, titles = [], []
+    for kind in kinds:
+        record = benchmark_record(name, kind, results=results)
+        if record is None or len(record["tables"]) <= table:
+            continue
+        recorded = record["tables"][table]
+        label = run_label(record["provenance"])
+        titles.append(f"_{recorded['title']}; {label}._")
+        for row in recorded["rows"]:
+            texts = {c: cell["text"] for c, cell in zip(recorded["columns"], row, strict=True)}
+            if all(texts.get(c) == v for c, v in (where or {}).items()):
+                rows.append([label, *(texts[c] for c in columns)])
+    if not rows:
+        return None
+    if len(titles) == 1:
+        head = [titles[0], "", "| " + " | ".join(columns) + " |"]
+        return "\n".join(
+            [*head, "|" + "|".join(["---"] * len(columns)) + "|"]
+            + ["| " + " | ".join(row[1:]) + " |" for row in rows]
+        )
+    lines = [
+        "| " + " | ".join(["run", *columns]) + " |",
+        "|" + "|".join(["---"] * (len(columns) + 1)) + "|",
+    ]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def stored_benchmark(

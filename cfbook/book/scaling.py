@@ -4,7 +4,9 @@
 Each run is ``python -m cfbook.commands.train_profile`` (under torchrun for several processes)
 on a scratch copy of the data folder, so the profile's own logs stay as they are. Its log, with
 the command, the number of processes and the command's wall time added, lands in
-``data/scaling/<profile>-<mode>-<N>proc.json``. The chapter only reads these files.
+``data/scaling/<profile>-<mode>-<N>proc.json``, which :func:`load_scaling_runs` reads back for
+:func:`scaling_markdown` and :func:`scaling_figure`. The chapter itself shows the recorded scaling
+benchmark (``benchmarks/results.json``) and the launch command of :func:`slurm_dry_run`.
 """
 
 from __future__ import annotations
