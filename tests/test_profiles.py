@@ -227,3 +227,21 @@ def test_the_shipped_tutorial_logs_are_the_tutorial_profile_run_as_configured() 
     assert full.meta["mature"] == "raw" and full.meta["nce"] == profile.nce
     burnin = full.meta["burnin_epochs"]
     assert all((r.implaus is not None) == (r.epoch > burnin) for r in full)
+
+
+def test_the_profile_differences_are_written_from_the_profiles():
+    from cfbook.book.figures.profile_text import (
+        REASONS,
+        differing_settings,
+        profile_differences_text,
+    )
+
+    tutorial, cpu = PROFILES["tutorial"], PROFILES["cpu"]
+    changed = differing_settings(tutorial, cpu)
+    assert "burnin" not in changed  # the same share; only its number of epochs differs
+    assert {"generator", "step_size", "mature", "cf_batchsize", "n"} <= set(changed)
+    text = profile_differences_text(tutorial, cpu)
+    assert all(f"`{name}`" in text for name in changed)
+    assert "`step_size` (0.1 → 1)" in text and "`mature` (raw → neighbour)" in text
+    assert text.count("\n- ") == len(REASONS)  # every topic differs between these two
+    assert profile_differences_text(cpu, cpu) == "`cpu` has every setting of `cpu`."
