@@ -15,6 +15,7 @@ from cfbook.book.benchmarks import (
     benchmark_reports,
     benchmark_rows,
     block_markdown,
+    chunk_speed_text,
     run_label,
 )
 
@@ -119,3 +120,24 @@ def test_a_block_without_shown_notes_renders_as_in_results_md(results: Path) -> 
     record = json.loads(results.read_text())["blocks"]["cpu/scaling"]
     assert block_markdown(record) == block_markdown(record, shown=["Not a note of it."])
     assert block_markdown(record).rstrip().endswith("- CPU note.")
+
+
+def test_the_chunk_speed_is_read_from_the_throughput_rows_of_one_model() -> None:
+    def cell(v: object) -> dict[str, object]:
+        return {"text": str(v), "value": v}
+
+    rows = [
+        [cell(m), cell(n), cell(rate)]
+        for m, n, rate in (("resnet18", 1024, 4096.0), ("mlp", 128, 9.0), ("resnet18", 128, 512.0))
+    ]
+    block = {
+        "provenance": {"when": "2026-01-02 03:04 UTC", "machine": "GPU: NVIDIA X (CUDA 1)"},
+        "tables": [
+            {"title": "cf/s (maxiter 30)", "columns": ["model", "nce", "Native cf/s"], "rows": rows}
+        ],
+    }
+    text = chunk_speed_text({"cuda/throughput": block})
+    assert text.startswith("On NVIDIA X, 2026-01-02, a resnet18 search of up to 30 steps")
+    assert "512 counterfactuals per second with 128 rows at once and 4,096 with 1,024" in text
+    assert "about 2.00 s in 8 chunks of 128 and 0.25 s in one" in text
+    assert "not yet measured" in chunk_speed_text({})
