@@ -71,7 +71,7 @@ def test_a_difference_names_its_side_or_why_it_has_none():
     assert difference([0.3]) is Difference.ONE_SEED
 
 
-# --- the comparison chapter ----------------------------------------------------------------------
+# --- the ResNet runs: training logs ---------------------------------------------------------------
 
 
 def _log(seed, acc, implaus=None, implaus_valid=None, valid=None, burnin=1, mature="neighbour"):
@@ -270,7 +270,7 @@ def test_the_seed_page_verdicts(implaus, valid, mature, verdict):
     assert seed_page_verdict(seed_page_summary(full, _page_log([1.0] * 4))) == verdict
 
 
-# --- the evaluation chapter: the paired protocol and robustness ----------------------------------
+# --- the ResNet runs: the paired protocol and robustness ----------------------------------
 
 
 def _rounds(ct, base, valid=1.0):

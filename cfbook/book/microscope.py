@@ -2,7 +2,7 @@
 with the profile's training-time generator, every iterate kept (``cfbook.search.path``).
 
 The paired evaluation (``cfbook.book.stages``) calls :func:`look_closely` on run 1's models and
-saves the result as ``data/<profile>/microscope.json``; the evaluation chapter only reads it.
+saves the result as ``data/<profile>/microscope.json``; the main example's chapter only reads it.
 """
 
 from __future__ import annotations

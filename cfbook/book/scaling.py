@@ -217,7 +217,7 @@ def device_comparison_markdown(
     data_dir: str | Path | None = None, profiles: tuple[str, ...] = ("cpu", "tutorial")
 ) -> str:
     """The stored stage logs of the showcase profiles side by side: device, size, and the mean
-    epoch time after burn-in of each profile's first seed (the comparison chapter averages over
+    epoch time after burn-in of each profile's first seed (the main example averages over
     every seed, so its ratio differs a little)."""
     lines = [
         "Seconds per epoch after burn-in, first seed of each profile:",

@@ -1,5 +1,5 @@
-"""Figures of the evaluation chapter: the gallery of counterfactuals, the measures per energy
-weight, and accuracy under attack; all drawn from two evaluation files (CT and baseline)."""
+"""Figures of the main example's chapter: the gallery of counterfactuals, the measures per
+energy weight, and accuracy under attack; all drawn from two evaluation files (CT and baseline)."""
 
 from __future__ import annotations
 

@@ -37,8 +37,9 @@ def _late(log: TrainingLog, field: str, last: int) -> float | None:
 def seeds_summary(
     full: Sequence[TrainingLog], vanilla: Sequence[TrainingLog], last: int = LAST_EPOCHS
 ) -> dict[str, Any]:
-    """The numbers the comparison chapter quotes, over every seed (run k of CT against run k of
-    the baseline, which start from the same weights and see the same batches)."""
+    """The numbers the main example quotes of the ResNet runs, over every seed (run k of CT
+    against run k of the baseline, which start from the same weights and see the same
+    batches)."""
     if not full or len(full) != len(vanilla):
         raise ValueError(f"need as many CT as baseline runs, got {len(full)} and {len(vanilla)}")
     burnin = _burnin(full)
@@ -113,7 +114,7 @@ class ComparisonVerdict:
 
 
 def seeds_verdict(s: dict[str, Any]) -> ComparisonVerdict:
-    """The comparison chapter's verdicts, from ``seeds_summary``: a difference or a trend only
+    """The ResNet runs' verdicts, from ``seeds_summary``: a difference or a trend only
     where every seed agrees on its sign and the mean exceeds twice its standard error."""
     diffs, trends, all_trends = s["acc_diffs_pp"], s["implaus_valid_trend_pct"], s["implaus_fall"]
     if not trends:
@@ -147,7 +148,7 @@ _TREND = {
 
 
 def seeds_markdown(s: dict[str, Any]) -> str:
-    """The comparison chapter's verdicts (``seeds_verdict``), from ``seeds_summary``."""
+    """The ResNet runs' verdicts (``seeds_verdict``), from ``seeds_summary``."""
     verdict = seeds_verdict(s)
     n, seeds = len(s["seeds"]), ", ".join(map(str, s["seeds"]))
     out = [
@@ -178,7 +179,6 @@ def seeds_markdown(s: dict[str, Any]) -> str:
             f"counterfactuals were valid on average (per seed: "
             f"{', '.join(f'{100 * v:.0f} %' for v in valid)})."
         )
-    trends = s["implaus_valid_trend_pct"]
     if verdict.plausibility is Trend.NOT_MEASURED:
         out.append(
             "**Plausibility:** too few valid counterfactuals to follow the energy differential "
