@@ -5,8 +5,10 @@ require.js and jQuery, and adds both from cdnjs to that page, plus an inline shi
 require.js's `define`. The book's figures need none of it: they draw with the global `Plotly` of
 the site's own plotly.min.js (which require.js would even hide, since plotly.js registers as an
 AMD module when `define` exists). This script removes those three tags from the rendered pages,
-then fails the render if a page or stylesheet still loads a script, style, image or font from
-the network, naming the file and the address.
+adds the site's figure script (cfbook/book/site/figures.js: it fits each figure to the page
+column, on a phone as on a desktop) to the end of each page, then fails the render if a page or
+stylesheet still loads a script, style, image or font from the network, naming the file and the
+address.
 
 Quarto runs it in the project folder with $QUARTO_PROJECT_OUTPUT_DIR set. Standard library only.
 """
@@ -25,6 +27,10 @@ WIDGET_DEPENDENCIES = re.compile(
     r"function\(\) \{return window\.jQuery;\}\)</script>\n?"
 )
 _REMOTE = r"(?:https?:)?//[^\"')\s]+"
+# The script that fits the figures to the column; the checkout this script lives in has it (the
+# pipeline renders a staged copy whose scripts/ links back to the checkout).
+FIGURES_JS = Path(__file__).resolve().parents[1] / "cfbook" / "book" / "site" / "figures.js"
+FIGURES_TAG = '<script data-cfbook="figures">'
 REMOTE_ASSETS = {
     ".html": re.compile(
         rf"<(?:script|link|img|iframe|source)\b[^>]*?\s(?:src|href)=\"({_REMOTE})\""
@@ -33,8 +39,17 @@ REMOTE_ASSETS = {
 }
 
 
-def offline(site_dir: Path) -> list[str]:
-    """Strip Quarto's widget scripts from the site's pages; return the remote assets left."""
+def with_figure_script(page: str, script: str) -> str:
+    """``page`` with the figure script inlined before ``</body>`` (once)."""
+    if FIGURES_TAG in page or "</body>" not in page:
+        return page
+    head, tail = page.rsplit("</body>", 1)
+    return f"{head}{FIGURES_TAG}\n{script}</script>\n</body>{tail}"
+
+
+def offline(site_dir: Path, script: str = "") -> list[str]:
+    """Strip Quarto's widget scripts from the site's pages and add ``script`` (the figure
+    script) to each; return the remote assets left."""
     remote: list[str] = []
     for path in sorted(site_dir.rglob("*")):
         pattern = REMOTE_ASSETS.get(path.suffix)
@@ -43,6 +58,8 @@ def offline(site_dir: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".html":
             stripped = WIDGET_DEPENDENCIES.sub("", text)
+            if script:
+                stripped = with_figure_script(stripped, script)
             if stripped != text:
                 path.write_text(stripped, encoding="utf-8")
                 text = stripped
@@ -53,7 +70,7 @@ def offline(site_dir: Path) -> list[str]:
 
 def main() -> None:
     site_dir = Path(os.environ.get("QUARTO_PROJECT_OUTPUT_DIR") or "_site")
-    remote = offline(site_dir)
+    remote = offline(site_dir, FIGURES_JS.read_text(encoding="utf-8"))
     if remote:
         sys.exit(
             f"{__file__}: the site must work offline, but these files load from the network:\n  "

@@ -183,3 +183,82 @@ def notebook_figures(notebook: Path) -> int:
         if cell.cell_type == "code"
         for output in cell.outputs
     )
+
+
+# What does not fit the page column (main#quarto-document-content, or the nbconvert fallback's
+# main), measured from the page's own boxes:
+# - a figure (plotly's div and its SVG), image, table, display equation or code block wider than
+#   the column, unless it lies in a box that scrolls sideways (overflow-x auto or scroll) and
+#   that box fits;
+# - in a plotly figure, a title, subplot title, axis title or legend that runs out of the figure
+#   (cut off) or overlaps another one;
+# - a plotly mode bar whose box meets the figure's title or a subplot title (the mode bar shows
+#   on hover, over whatever lies beneath it).
+_COLUMN_OFFENDERS = """() => {
+  const column = document.querySelector('main#quarto-document-content') ||
+    document.querySelector('main');
+  if (!column) return ['no main column'];
+  const edge = column.getBoundingClientRect();
+  const out = [];
+  const name = el => {
+    const cls = (el.className.baseVal ?? el.className).toString().trim().split(/\\s+/)[0];
+    const owner = el.closest('[id^="fig-"], [id^="tbl-"], section[id]');
+    return `${el.tagName.toLowerCase()}${cls ? '.' + cls : ''}` + (owner ? ` in #${owner.id}` : '');
+  };
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const scroller = el => {
+    for (let a = el; a && a !== column; a = a.parentElement) if (scrolls(a)) return a;
+    return null;
+  };
+  const fits = box => box.left >= edge.left - 1 && box.right <= edge.right + 1;
+  const px = box => `${Math.round(box.left)}..${Math.round(box.right)} px`;
+  const wide = '.js-plotly-plot, .js-plotly-plot .main-svg, img, table, .katex-display, pre';
+  for (const el of column.querySelectorAll(wide)) {
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || fits(box)) continue;
+    const wrapper = scroller(el);
+    if (wrapper && fits(wrapper.getBoundingClientRect())) continue;
+    out.push(`${name(el)} spans ${px(box)}, the column ${px(edge)}`);
+  }
+  const meet = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 2 &&
+    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 2;
+  const label = el => `"${el.textContent.trim().slice(0, 40)}"`;
+  const labels = '.g-gtitle .gtitle, .annotation-text-g, .g-xtitle text, .g-ytitle text, ' +
+    '.legend .bg';
+  for (const plot of column.querySelectorAll('.js-plotly-plot')) {
+    const svg = plot.querySelector('.main-svg');
+    if (!svg) continue;
+    const frame = svg.getBoundingClientRect();
+    const texts = Array.from(plot.querySelectorAll(labels), el => [el, el.getBoundingClientRect()])
+      .filter(([el, b]) => b.width > 0 && b.height > 0 &&
+        (el.textContent.trim() || el.matches('.bg')));
+    for (const [el, b] of texts) {
+      if (b.left < frame.left - 1 || b.right > frame.right + 1 || b.top < frame.top - 1) {
+        out.push(`${label(el)} cut off at the edge of ${name(plot)}`);
+      }
+    }
+    texts.forEach(([a, ab], i) => texts.slice(i + 1).forEach(([b, bb]) => {
+      if (!a.contains(b) && !b.contains(a) && meet(ab, bb)) {
+        out.push(`${label(a)} overlaps ${label(b)} in ${name(plot)}`);
+      }
+    }));
+    const bar = plot.querySelector('.modebar');
+    const barBox = bar && bar.getBoundingClientRect();
+    if (!barBox || barBox.width === 0) continue;
+    for (const title of plot.querySelectorAll('.g-gtitle .gtitle, .annotation-text-g')) {
+      if (meet(barBox, title.getBoundingClientRect())) {
+        out.push(`the mode bar covers ${label(title)} in ${name(plot)}`);
+      }
+    }
+  }
+  return out;
+}"""
+
+
+def column_offenders(page: Page) -> list[str]:
+    """What on the open page does not fit its column (see ``_COLUMN_OFFENDERS``), measured
+    once the site's figure script has fitted the figures (cfbook/book/site/figures.js)."""
+    page.wait_for_function(
+        "() => document.documentElement.dataset.cfbookFigures === 'fitted'", timeout=30_000
+    )
+    return page.evaluate(_COLUMN_OFFENDERS)

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 from conftest import REPO
 from sitecheck import (
+    column_offenders,
     dead_links,
     drawn_figures,
     notebook_figures,
@@ -135,6 +136,18 @@ def test_post_render_removes_quartos_widget_scripts(tmp_path: Path) -> None:
     result = _post_render(tmp_path)
     assert result.returncode == 0, result.stderr
     assert page.read_text() == f'<head>{local}</head><a href="https://plotly.com/">'
+
+
+def test_post_render_adds_the_figure_script_once(tmp_path: Path) -> None:
+    page = tmp_path / "index.html"
+    page.write_text("<html><body><p>text</p></body></html>")
+    for _ in range(2):  # a second render of the same site adds nothing
+        result = _post_render(tmp_path)
+        assert result.returncode == 0, result.stderr
+    script = (REPO / "cfbook" / "book" / "site" / "figures.js").read_text()
+    assert page.read_text() == (
+        f'<html><body><p>text</p><script data-cfbook="figures">\n{script}</script>\n</body></html>'
+    )
 
 
 def test_post_render_fails_on_any_other_remote_asset(tmp_path: Path) -> None:
@@ -370,21 +383,24 @@ def test_quarto_search_slider_moves_the_images(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("width", [1400, 390])
+@pytest.mark.parametrize("width", [1280, 390])
 def test_quarto_pages_fit_a_desktop_and_a_phone(
     browser: Browser, fresh_clone: Path, quarto_site: str, width: int
 ) -> None:
-    """Nothing runs off the page sideways: wide tables, code spans and equations scroll or wrap
-    within the column (book/theme.scss); the reference's pages are checked too."""
+    """Nothing runs off the page sideways, and every figure, image, table, display equation and
+    code block fits the page column or scrolls inside a box that does (book/theme.scss,
+    cfbook/book/site/figures.js); no figure's titles or labels are cut off or overlap, and no
+    mode bar covers a title. The reference's pages are checked too."""
     site = fresh_clone / "_site"
     pages = [page for page, _ in _pages(fresh_clone)]
     pages += [p.relative_to(site).as_posix() for p in sorted((site / "reference").glob("*.html"))]
     assert len(pages) > len(_pages(fresh_clone))  # the API reference was built
     page = browser.new_page(viewport={"width": width, "height": 900})
-    wide = []
+    wide, offenders = [], []
     for path in pages:
         page.goto(f"{quarto_site}/{path}")
-        drawn_figures(page)  # measured once the figures are laid out
+        drawn_figures(page)
+        offenders += [f"{path}: {problem}" for problem in column_offenders(page)]
         scroll, inner = page.evaluate(
             "() => [document.documentElement.scrollWidth, window.innerWidth]"
         )
@@ -392,3 +408,4 @@ def test_quarto_pages_fit_a_desktop_and_a_phone(
             wide.append(f"{path}: {scroll} px")
     page.close()
     assert wide == [], f"wider than a {width} px window: {wide}"
+    assert offenders == [], f"not fitting a {width} px window's column:\n" + "\n".join(offenders)

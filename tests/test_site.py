@@ -129,6 +129,9 @@ def test_nbconvert_site_has_quartos_layout_navigation_math_and_no_cdn(
     assert f'<script src="{PLOTLY_JS}"></script>' in (root / "index.html").read_text()
     for cdn in ("require.js", "mathjax", "cdnjs", "unpkg", "jsdelivr"):
         assert cdn not in first.lower()
+    # The script that fits the figures to the column, once, at the end of the page.
+    assert first.count('<script data-cfbook="figures">') == 1
+    assert first.index('data-cfbook="figures"') > first.index("</main>")
 
 
 def test_quarto_is_required_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

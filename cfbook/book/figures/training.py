@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 COLOURS = {"full": "#1f6fb4", "vanilla": "#e8710a"}
 BURNIN_COLOUR = "#444444"
 TEMPLATE = "plotly_white"
+#: How every figure is shown: it follows its container's width, and without a mode bar (drag to
+#: zoom, double-click to reset), which on a phone would sit on the titles.
+CONFIG = {"responsive": True, "displayModeBar": False}
 
 
 def show(fig: go.Figure) -> None:
@@ -34,6 +37,7 @@ def show(fig: go.Figure) -> None:
 
     The plotly JSON travels alongside for front ends (JupyterLab, VS Code) that render it natively.
     The div id is derived from the figure so re-executing a notebook does not churn its outputs.
+    On the site, cfbook/book/site/figures.js then fits the figure to the page column.
     """
     from IPython.display import display
 
@@ -41,7 +45,11 @@ def show(fig: go.Figure) -> None:
     div_id = "cfbook-" + hashlib.sha1(spec.encode()).hexdigest()[:12]
     bundle = {
         "text/html": fig.to_html(
-            full_html=False, include_plotlyjs=False, div_id=div_id, auto_play=False
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=div_id,
+            auto_play=False,
+            config=CONFIG,
         ),
         "application/vnd.plotly.v1+json": json.loads(spec),
     }
@@ -155,6 +163,8 @@ def energy_schedule_figure(searches: dict[str, SearchParameters]) -> go.Figure:
         height=320,
         xaxis_title="search iteration t",
         yaxis_title="λ_energy · φ_k",
-        legend={"orientation": "h", "y": -0.3},
+        # Above the plot: on a narrow screen the legend wraps upwards, clear of the axis title.
+        legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
+        margin={"t": 40},
     )
     return fig

@@ -28,6 +28,8 @@ from cfbook.book.toc import Book
 __all__ = ["PLOTLY_JS", "cell_options", "chapter_title", "copy_plotly_js", "render_with_nbconvert"]
 
 PLOTLY_JS = "plotly.min.js"
+# Fits each figure to the page column (Quarto's pages get it from scripts/quarto_post_render.py).
+FIGURES_JS = Path(__file__).with_name("figures.js")
 
 
 def copy_plotly_js(dest_dir: str | Path) -> Path:
@@ -68,6 +70,7 @@ _TEMPLATE = r"""
 {%- block body_footer -%}
 {{ resources.cfbook.pager }}
 </main>
+<script data-cfbook="figures">{{ resources.cfbook.figures_js }}</script>
 </body>
 {%- endblock body_footer -%}
 """
@@ -279,6 +282,7 @@ def render_with_nbconvert(book: Book, source_dir: Path, site_dir: Path) -> Path:
             "cfbook": {
                 "plotly_js": _href(PLOTLY_JS, page),
                 "css": _CSS,
+                "figures_js": FIGURES_JS.read_text(encoding="utf-8"),
                 "sidebar": _sidebar(book.title, pages, i),
                 "pager": _pager(pages, i),
             },
