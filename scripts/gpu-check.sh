@@ -9,11 +9,14 @@
 #   2. trains both stages of the `tutorial` profile and evaluates them:
 #      data/tutorial/{full,vanilla}.json, their evaluations and, with papermill, the executed
 #      stage notebooks;
-#   3. runs the benchmarks on the GPU: the GPU section of benchmarks/RESULTS.md (each block is
+#   3. records what the GPU chapters show, run on this GPU, and the seconds per CT epoch of the
+#      `tutorial` profile with cf_batchsize 128 and 1024: data/gpu/record.json
+#      (python -m cfbook.book.gpu_record; written part by part, so the time box keeps what finished);
+#   4. runs the benchmarks on the GPU: the GPU section of benchmarks/RESULTS.md (each block is
 #      written as soon as it is measured, so the time box keeps what finished);
-#   4. with two GPUs or more: the `tutorial` full stage on 1 and on 2 GPUs (DDP over NCCL),
+#   5. with two GPUs or more: the `tutorial` full stage on 1 and on 2 GPUs (DDP over NCCL),
 #      logs in data/scaling/.
-# Commit data/tutorial/, data/scaling/, benchmarks/results.json and RESULTS.md afterwards.
+# Commit data/tutorial/, data/gpu/, data/scaling/, benchmarks/results.json and RESULTS.md afterwards.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The project's .venv; else a python3 that already has torch with CUDA (a GPU machine's image,
@@ -53,17 +56,18 @@ echo "torch sees ${gpus} GPU(s)"
 
 step "CUDA-only tests" 120 "$py" -m pytest -q -rs -m cuda ${CFBOOK_GPU_TESTS:-tests/}
 if "$py" -c "import papermill, ipykernel" 2>/dev/null; then
-    step "tutorial stages" 300 "$py" -m cfbook.commands.pipeline --profile tutorial --stages-only --force
+    step "tutorial stages" 225 "$py" -m cfbook.commands.pipeline --profile tutorial --stages-only --force
 else
     # Without papermill (a bare image): the same training stages, logs and evaluations, without
     # the executed stage notebooks.
     echo "papermill is not installed: training the stages with cfbook.commands.train_profile"
-    step "tutorial full stage" 180 "$py" -m cfbook.commands.train_profile --profile tutorial --mode full
-    step "tutorial vanilla stage" 60 "$py" -m cfbook.commands.train_profile --profile tutorial --mode vanilla
+    step "tutorial full stage" 120 "$py" -m cfbook.commands.train_profile --profile tutorial --mode full
+    step "tutorial vanilla stage" 45 "$py" -m cfbook.commands.train_profile --profile tutorial --mode vanilla
     step "tutorial evaluation" 120 "$py" -c "from cfbook.book.profiles import get_profile
 from cfbook.book.stages import run_evaluation_step
 run_evaluation_step(get_profile('tutorial'), device='cuda')"
 fi
+step "GPU chapters record" 75 "$py" -m cfbook.book.gpu_record
 step "GPU benchmarks" 300 "$py" -m benchmarks.run --device cuda --note "scripts/gpu-check.sh" \
     --only speedup,scaling,overhead,throughput,precision,syncs,memory,efficiency
 if [ "$gpus" -ge 2 ]; then
@@ -77,4 +81,4 @@ if [ "${#failed[@]}" != 0 ]; then
     printf 'GPU check: failed or out of time: %s\n' "${failed[@]}" >&2
     exit 1
 fi
-echo "GPU check passed. Commit data/tutorial/, data/scaling/, benchmarks/results.json and RESULTS.md."
+echo "GPU check passed. Commit data/tutorial/, data/gpu/, data/scaling/, benchmarks/results.json and RESULTS.md."

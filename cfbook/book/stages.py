@@ -118,8 +118,8 @@ def profile_data(
     profile: Profile, *, device: str | torch.device, data_dir: str | Path | None = None
 ) -> tuple[MNISTData, DeviceLoader]:
     """The profile's MNIST subset and its first run's shuffling loader: what the stages train
-    on, and what the MNIST chapter shows. Under DDP the profile's batch is the global one, split
-    over the processes."""
+    on, and what the chapter "MNIST and the ResNet" shows. Under DDP the profile's batch is the
+    global one, split over the processes."""
     data = load_mnist(profile.n, device=device, seed=profile.seed, root=data_dir)
     shard = distributed.loader_shard(profile.batch_size)
     return data, data.loader(shuffle=True, seed=profile.seed, **shard)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cfbook.book.benchmarks import benchmark_table
+from cfbook.book.benchmarks import benchmark_record, benchmark_table
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 
 __all__ = ["search_memory_figure", "throughput_figure"]
@@ -57,41 +57,56 @@ def throughput_figure(kind: str = "cpu") -> go.Figure | None:
     return fig
 
 
-def search_memory_figure(kind: str = "cpu") -> go.Figure | None:
-    """Peak memory of one search against ``cf_batchsize`` (nce fixed) and against ``nce``
-    (``cf_batchsize`` fixed), beside the size of the stored results."""
-    rows = benchmark_table("memory", kind)
-    if rows is None:
+def _run_label(kind: str) -> str:
+    """The processor a recorded block ran on and its date: 'NVIDIA H200 (CUDA 13.0), 2026-12-04'."""
+    provenance = benchmark_record("memory", kind)["provenance"]
+    parts = dict(part.split(": ", 1) for part in provenance["machine"].split("; ") if ": " in part)
+    name = parts.get("GPU") or parts.get("CPU", kind)
+    return f"{name}, {provenance['when'].split()[0]}"
+
+
+def search_memory_figure(kinds: str | tuple[str, ...] = "cpu") -> go.Figure | None:
+    """Peak memory of one search against ``cf_batchsize`` (nce fixed, top) and against ``nce``
+    (``cf_batchsize`` fixed, bottom) on each device kind recorded, beside the size of the stored
+    results (``kinds``: one device kind or several). On a GPU the peak is the allocator's, on a
+    CPU the resident memory's."""
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    recorded = {kind: benchmark_table("memory", kind) for kind in kinds}
+    recorded = {kind: rows for kind, rows in recorded.items() if rows is not None}
+    if not recorded:
         return None
     sweeps = {"chunk grows": ("cf_batchsize", 1), "nce grows": ("nce", 2)}
     fig = make_subplots(
-        rows=1,
-        cols=2,
-        shared_yaxes=True,
+        rows=2,
+        cols=1,
+        vertical_spacing=0.22,
         subplot_titles=["cf_batchsize grows (nce 512)", "nce grows (cf_batchsize 128)"],
     )
-    for sweep, (key, col) in sweeps.items():
-        part = [r for r in rows if r["sweep"] == sweep]
-        x = [r[key] for r in part]
-        for column, name, colour in (
-            ("search peak", "peak of the search", COLOURS["full"]),
-            (next(k for k in part[0] if k.startswith("results")), "stored results", "#777777"),
-        ):
-            fig.add_scatter(
-                x=x,
-                y=[r[column] / MIB for r in part],  # bytes
-                mode="lines+markers",
-                name=name,
-                line={"color": colour},
-                legendgroup=name,
-                showlegend=col == 1,
-                hovertemplate=f"{key} %{{x}}: %{{y:.1f}} MiB<extra>{name}</extra>",
-                row=1,
-                col=col,
-            )
-        fig.update_xaxes(type="log", dtick=0.30103, title_text=key, row=1, col=col)
-    fig.update_yaxes(title_text="MiB (peak RSS above the start)", row=1, col=1)
+    colours = {"cpu": COLOURS["vanilla"], "cuda": COLOURS["full"]}
+    for k, (kind, rows) in enumerate(recorded.items()):
+        what = "allocator peak" if kind == "cuda" else "peak RSS"
+        series = [("search peak", f"{_run_label(kind)}: {what}", colours.get(kind, "#333333"))]
+        if k == 0:  # the same on every device
+            results = next(c for c in rows[0] if c.startswith("results"))
+            series.append((results, "stored results", "#777777"))
+        for sweep, (key, row) in sweeps.items():
+            part = [r for r in rows if r["sweep"] == sweep]
+            for column, name, colour in series:
+                fig.add_scatter(
+                    x=[r[key] for r in part],
+                    y=[r[column] / MIB for r in part],  # bytes
+                    mode="lines+markers",
+                    name=name,
+                    line={"color": colour},
+                    legendgroup=name,
+                    showlegend=row == 1,
+                    hovertemplate=f"{key} %{{x}}: %{{y:.1f}} MiB<extra>{name}</extra>",
+                    row=row,
+                    col=1,
+                )
+            fig.update_xaxes(type="log", dtick=0.30103, title_text=key, row=row, col=1)
+            fig.update_yaxes(title_text="MiB above the start", row=row, col=1)
     fig.update_layout(
-        template=TEMPLATE, height=360, legend={"orientation": "h", "y": -0.3}, margin={"t": 50}
+        template=TEMPLATE, height=560, legend={"orientation": "h", "y": -0.2}, margin={"t": 40}
     )
     return fig

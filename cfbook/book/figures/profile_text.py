@@ -21,7 +21,7 @@ REASONS = {
         "almost every training-time counterfactual invalid on this model, and under the paper's "
         "rule an invalid one adds no energy; `calibrated` takes the paper's distance weight, "
         "{calibrated_cost:g}, and with the larger step most searches converge (the calibration "
-        "in the [benchmarks](benchmarks.ipynb))"
+        "in [What CT buys](what_ct_buys.ipynb))"
     ),
     "mature": (
         "`raw` (the tutorial's, CounterfactualTraining.jl's Native branch) counts a search that "
