@@ -32,7 +32,7 @@ def test_each_demo_prints_on_the_cpu(demo) -> None:
 
 def test_the_reader_labels_a_recorded_output_with_device_and_date(tmp_path: Path) -> None:
     path = tmp_path / "record.json"
-    assert "not yet measured on a GPU" in gpu_record.recorded_output("timed_product", path)
+    assert "Not yet measured on a GPU" in gpu_record.recorded_output("timed_product", path)
     data = {
         "format": gpu_record.FORMAT,
         "when": "2000-01-01 00:00 UTC",
@@ -45,7 +45,7 @@ def test_the_reader_labels_a_recorded_output_with_device_and_date(tmp_path: Path
     assert shown == "Recorded on Some GPU (CUDA 0.0), 2000-01-01 00:00 UTC:\n" + (
         "call returned after 0.01 ms\n"
     )
-    assert "not yet measured on a GPU" in gpu_record.recorded_output("search_memory", path)
+    assert "Not yet measured on a GPU" in gpu_record.recorded_output("search_memory", path)
 
 
 def test_ct_epoch_seconds_times_each_chunk_size() -> None:
