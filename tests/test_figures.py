@@ -36,7 +36,6 @@ from cfbook.book.figures.training import (
 )
 from cfbook.book.figures.two_d import two_d_figure
 from cfbook.book.profiles import PROFILES, get_profile
-from cfbook.book.scaling import load_scaling_runs, scaling_figure, scaling_profiles
 from cfbook.book.stages import load_comparison_runs, load_evaluations, load_microscope
 from cfbook.data import load_mnist
 from cfbook.paper.merge import read_result, read_variants
@@ -158,12 +157,6 @@ def _two_d() -> Built:
     return fig, sum(6 * len(d["panels"]) for d in result["data"]), None
 
 
-def _scaling() -> Built:
-    (name, *_) = scaling_profiles(DATA)
-    runs = load_scaling_runs(name, "full", data_dir=DATA)
-    return scaling_figure(runs, name), len(runs), [len(log) for log in runs.values()]
-
-
 def _throughput() -> Built:
     rows = benchmark_table("throughput")
     return throughput_figure(), 2, [len(rows)] * 2
@@ -201,7 +194,6 @@ FIGURES: dict[str, Callable[[], Built]] = {
     "ablation: IG maps": _ig_maps,
     "ablation: the knob study": _knobs,
     "two dimensions": _two_d,
-    "scaling": _scaling,
     "training: throughput": _throughput,
     "training: the energy schedule": _energy_schedule,
     "memory": _memory,
@@ -493,20 +485,6 @@ def test_the_two_dimensional_figure_draws_each_panel_s_grid_data_paths_and_ends(
     fig = two_d_figure({"data": [data | {"label": k} for k in ("LS", "Moon", "OL")]})
     shown = [b.args[0]["visible"] for b in fig.layout.updatemenus[0].buttons]
     assert shown[2] == [False] * 48 + [True] * 24
-
-
-def test_the_scaling_figure_draws_each_process_count_s_epochs():
-    def log(times, burnin):
-        return _page_log(times, burnin=burnin)
-
-    runs = {1: log([1.0, 3.0, 5.0], 1), 2: log([0.25, 1.5, 2.5, 0.25], 1)}
-    fig = scaling_figure(runs, "title")
-    assert [(list(t.x), list(t.y)) for t in fig.data] == [
-        ([1, 2, 3], [1.0, 3.0, 5.0]),
-        ([1, 2, 3, 4], [0.25, 1.5, 2.5, 0.25]),
-    ]
-    assert [s.x0 for s in fig.layout.shapes] == [1.5]  # the first run's burn-in ends
-    assert not scaling_figure({1: log([1.0], 0)}, "no burn-in").layout.shapes
 
 
 def test_the_benchmark_figures_draw_the_recorded_tables():

@@ -1,4 +1,5 @@
-"""Profiling, the scaling chapter's helpers and the chapter set-up, in one process."""
+"""Profiling, the scaling command's measurement and the chapter's stored benchmark, in one
+process."""
 
 from __future__ import annotations
 
@@ -7,18 +8,11 @@ import torch
 from distributed_worker import toy_data, toy_run
 
 from cfbook.book.benchmarks import RESULTS_JSON, stored_benchmark
-from cfbook.book.scaling import (
-    device_comparison_markdown,
-    load_scaling_runs,
-    measure,
-    run_path,
-    scaling_markdown,
-    scaling_profiles,
-)
+from cfbook.book.scaling import measure, run_path
 from cfbook.data import DeviceLoader
 from cfbook.profiling import REGIONS, profile_markdown
 from cfbook.training import distributed
-from cfbook.training.log import save_log
+from cfbook.training.log import load_log
 
 
 @pytest.fixture(scope="module")
@@ -76,37 +70,11 @@ def test_training_refuses_a_loader_that_is_not_sharded_for_the_job(monkeypatch):
     assert distributed.loader_shard(64) == {"batch_size": 32, "rank": 1, "world_size": 2}
 
 
-def test_scaling_runs_are_read_back_by_process_count(tmp_path, profiled):
-    _, log = profiled
-    assert scaling_profiles(tmp_path) == []
-    assert "No scaling runs stored" in scaling_markdown({})
-    for processes, wall in ((2, 3.0), (1, 5.0)):
-        log.meta.update(processes=processes, wall_s=wall, threads=1, command="python -m ...")
-        save_log(log, run_path(tmp_path, "smoke", "full", processes))
-    assert scaling_profiles(tmp_path) == ["smoke"]
-    runs = load_scaling_runs("smoke", "full", data_dir=tmp_path)
-    assert list(runs) == [1, 2]
-    table = scaling_markdown(runs).splitlines()
-    assert len(table) == 4 and table[2].startswith("| 1 | 1 |") and "1.00x" in table[2]
-
-
-def test_stored_benchmark_blocks_and_device_comparison(tmp_path):
+def test_stored_benchmark_blocks():
     scaling = stored_benchmark("scaling", "cpu")  # rendered from benchmarks/results.json
     assert scaling is not None and scaling.startswith("### 7. Scaling")
     assert scaling in RESULTS_JSON.with_name("RESULTS.md").read_text(encoding="utf-8")
     assert stored_benchmark("no-such-benchmark") is None
-    text = device_comparison_markdown(tmp_path, profiles=("tutorial",))
-    assert "No stored run of `tutorial` yet" in text and "gpu-check.sh" in text
-
-
-def test_device_comparison_shows_stored_stage_logs(tmp_path):
-    data_dir = tmp_path / "data"
-    for mode in ("full", "vanilla"):
-        _, log = toy_run(mode, 30, nce=40, burnin=0.5, nepochs=2)
-        log.meta.update(config={"model": "mlp", "n": 120, "nce": 40}, device_name="CPU: test")
-        save_log(log, data_dir / "smoke" / f"{mode}.json")
-    table = device_comparison_markdown(data_dir, profiles=("smoke",))
-    assert "| `smoke` | CPU: test | mlp, 120, 40 |" in table
 
 
 @pytest.mark.slow
@@ -116,7 +84,7 @@ def test_measure_keeps_the_stage_log_with_its_command_and_wall_time(tmp_path):
     data_dir = make_data_dir(tmp_path)
     path = measure("smoke", "vanilla", 1, data_dir=data_dir, device="cpu")
     assert path == run_path(data_dir, "smoke", "vanilla", 1)
-    (log,) = load_scaling_runs("smoke", "vanilla", data_dir=data_dir).values()
+    log = load_log(path)
     assert log.meta["processes"] == 1 and log.meta["wall_s"] > 0 and len(log) == 4
     command = "python -m cfbook.commands.train_profile --profile smoke --mode vanilla --device cpu"
     assert log.meta["command"] == command

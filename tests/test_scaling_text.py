@@ -1,6 +1,5 @@
-"""The scaling chapter's table, figure and device comparison from hand-made logs, and
-:func:`cfbook.book.scaling.measure` around a stand-in for the training command (the real
-command, and logs of real runs: test_scaling.py)."""
+"""The scaling command's launcher and log paths, and :func:`cfbook.book.scaling.measure` around a
+stand-in for the training command (the real command: test_scaling.py)."""
 
 from __future__ import annotations
 
@@ -11,17 +10,7 @@ from pathlib import Path
 import pytest
 
 from cfbook.book import scaling
-from cfbook.book.scaling import (
-    RUN_TIMEOUT_S,
-    device_comparison_markdown,
-    launcher,
-    load_scaling_runs,
-    measure,
-    run_path,
-    scaling_markdown,
-    scaling_profiles,
-)
-from cfbook.book.stages import log_path
+from cfbook.book.scaling import RUN_TIMEOUT_S, launcher, measure, run_path
 from cfbook.training.log import EpochRecord, TrainingLog, load_log, save_log
 
 
@@ -45,28 +34,6 @@ def _log(times: list[float], burnin: int, **meta: object) -> TrainingLog:
     return TrainingLog(records, {"burnin_epochs": burnin, **meta})
 
 
-def _runs() -> dict[int, TrainingLog]:
-    one = _log([1.0, 3.0, 5.0], 1, processes=1, wall_s=1.0, threads=2)
-    # Two processes: epoch 4 ran under the profiler and is left out of the mean; no thread count
-    # recorded; the last epoch without a training accuracy.
-    two = _log([0.25, 1.5, 2.5, 0.25], 1, processes=2, wall_s=0.75, epoch_profile={"epoch": 4})
-    two[-1].acc = None
-    # Four processes that never left the burn-in: no epoch to average.
-    four = _log([1.5, 1.5], 2, processes=4, wall_s=1.5, threads=1)
-    return {1: one, 2: two, 4: four}
-
-
-def test_the_scaling_table_per_process_count() -> None:
-    assert scaling_markdown(_runs()).splitlines()[2:] == [
-        "| 1 | 2 | 9.0 s | 4.0 s | 1.0 s | 0.3333 | 0.530 / 0.430 | 1.00x |",
-        "| 2 | ? | 4.5 s | 2.0 s | 750 ms | 0.2500 | n/a / 0.440 | 2.00x |",
-        "| 4 | 1 | 3.0 s | n/a | 1.5 s | 0.5000 | 0.520 / 0.420 | 3.00x |",
-    ]
-    assert scaling_markdown({}) == (
-        "No scaling runs stored: run `python -m cfbook.commands.scaling --profile cpu --mode full`."
-    )
-
-
 @pytest.mark.parametrize("processes", [2, 3])
 def test_two_or_more_processes_run_under_torchrun(processes: int) -> None:
     assert launcher(1) == [sys.executable, "-m"]
@@ -81,40 +48,14 @@ def test_two_or_more_processes_run_under_torchrun(processes: int) -> None:
     ]
 
 
-def test_runs_are_found_in_the_data_folder_by_default(
+def test_runs_are_kept_in_the_data_folder_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CFBOOK_DATA_DIR", str(tmp_path))
     assert run_path(None, "cpu", "full", 2) == tmp_path / "scaling" / "cpu-full-2proc.json"
-    for processes, log in _runs().items():
-        save_log(log, run_path(None, "cpu", "full", processes))
-    save_log(_log([1.0], 0, processes=1), run_path(None, "smoke", "vanilla", 1))
-    assert scaling_profiles() == ["cpu"] and scaling_profiles(mode="vanilla") == ["smoke"]
-    assert list(load_scaling_runs("cpu", "full")) == [1, 2, 4]
-    assert load_scaling_runs("cpu", "vanilla") == {}
-
-
-def _stage_log(times: list[float], **meta: object) -> TrainingLog:
-    config = {"model": "mlp", "n": 120, "nce": 40}
-    return _log(times, 1, config=config, **meta)
-
-
-def test_the_device_comparison_reads_each_profiles_first_seed(tmp_path: Path) -> None:
-    save_log(
-        _stage_log([9.0, 3.0, 5.0], device_name="CPU: test"), log_path(tmp_path, "cpu", "full")
+    assert run_path(tmp_path / "x", "smoke", "vanilla", 1) == (
+        tmp_path / "x" / "scaling" / "smoke-vanilla-1proc.json"
     )
-    save_log(
-        _stage_log([9.0, 1.0, 2.0], device_name="CPU: test"), log_path(tmp_path, "cpu", "vanilla")
-    )
-    save_log(_stage_log([1.0, 2.0]), log_path(tmp_path, "smoke", "full"))
-    save_log(_stage_log([1.0, 1.0]), log_path(tmp_path, "smoke", "vanilla"))
-    text = device_comparison_markdown(tmp_path, profiles=("tutorial", "cpu", "smoke", "big"))
-    rows = [line for line in text.split("\n") if line.startswith("| `")]
-    assert rows == [
-        "| `cpu` | CPU: test | mlp, 120, 40 | 4.00 | 1.50 | 2.7x |",
-        "| `smoke` | ? | mlp, 120, 40 | 2.00 | 1.00 | 2.0x |",
-    ]
-    assert "`tutorial`, `big`" in text  # the profiles without a stored run
 
 
 @pytest.mark.parametrize("by_default", [True, False], ids=["CFBOOK_DATA_DIR", "data_dir"])
