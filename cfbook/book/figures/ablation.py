@@ -179,7 +179,7 @@ _HALF = {
 
 def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
     """Which term moves which measure in every seed, counted over the data sets
-    (``ablation_verdict``)."""
+    (``ablation_verdict``): a table, one row per measure and direction, then the verdict."""
     verdict = ablation_verdict(results, margin)
     if verdict is None:
         return (
@@ -190,29 +190,28 @@ def ablation_text(results: dict[str, Any], margin: float = 0.05) -> str:
     def listed(keys: list[str]) -> str:
         return _listed([EXPERIMENTS[k].label for k in keys])
 
-    out = [
-        f"- **{label}** is significantly lower than the baseline's in every seed with "
-        + "; ".join(f"{name} on {listed(verdict.lower[m][o])}" for o, name in OBJECTIVES.items())
-        + ". It is significantly higher in at least one seed with "
-        + "; ".join(f"{name} on {listed(verdict.higher[m][o])}" for o, name in OBJECTIVES.items())
-        + "."
-        for m, label in MEASURES.items()
+    lines = [
+        "| data sets where | " + " | ".join(OBJECTIVES.values()) + " |",
+        "|---" * (1 + len(OBJECTIVES)) + "|",
     ]
-    out.append(
-        f"- **FGSM robustness** (accuracy at ε≈0.03 more than {margin * 100:g} points above the "
-        "baseline's in every seed) with "
-        + "; ".join(f"{OBJECTIVES[o]} on {listed(v)}" for o, v in verdict.robust.items())
-        + "."
-    )
+    for m, label in MEASURES.items():
+        for what, sets in (
+            ("lower in every seed", verdict.lower[m]),
+            ("higher in some seed", verdict.higher[m]),
+        ):
+            cells = " | ".join(listed(sets[o]) for o in OBJECTIVES)
+            lines.append(f"| {label} {what} | {cells} |")
+    cells = " | ".join(listed(verdict.robust[o]) for o in OBJECTIVES)
+    lines.append(f"| FGSM accuracy {margin * 100:g} points higher in every seed | {cells} |")
     energy, adversarial = (
         len(verdict.lower["ip"]["energy"]),
         len(verdict.lower["ip"]["adversarial"]),
     )
-    out.append(
+    lines.append(
         f"\nOver the {verdict.data_sets} data sets, {_HALF[verdict.half]} (IP lower in every "
         f"seed on {energy} against {adversarial})."
     )
-    return "\n".join(out)
+    return "\n".join(lines)
 
 
 def ablation_figure(results: dict[str, Any]) -> go.Figure:
@@ -242,9 +241,9 @@ def ablation_figure(results: dict[str, Any]) -> go.Figure:
         template=TEMPLATE,
         scattermode="group",
         height=420,
-        yaxis_title="IP reduction against the baseline (%)",
-        xaxis_title="data set",
-        legend={"orientation": "h", "y": -0.25},
+        yaxis_title="IP reduction (%)",
+        margin={"l": 50, "r": 10, "t": 50, "b": 40},
+        legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
     )
     return fig
 
@@ -349,38 +348,63 @@ def ig_text(results: dict[str, Any]) -> str:
     )
 
 
+IG_MAP_COLUMNS = 5  # maps per row: square maps that still read on a 390 px phone column
+
+
 def ig_maps_figure(results_ig_file: dict[str, Any]) -> go.Figure:
-    """Class-conditional IG maps of MNIST (standardised to [0, 1]), baseline row over CT row,
-    with the protected top and bottom five pixel rows marked."""
+    """Class-conditional IG maps of MNIST (standardised to [0, 1]), square, five classes a row:
+    each row of baseline maps sits over the CT row of the same classes, with the protected top
+    and bottom five pixel rows marked."""
     maps = results_ig_file["maps"]
     rows, width = IMAGE_SHAPE[1], IMAGE_SHAPE[2]
+    models = (("vanilla", "BL"), ("full_protected", "CT"))
     n = len(maps["vanilla"])
+    cols = min(IG_MAP_COLUMNS, n)
+    bands = -(-n // cols)  # rows of classes, each drawn once per model
+    titles = [
+        f"{name} {c}" if c < n else ""
+        for band in range(bands)
+        for _, name in models
+        for c in range(band * cols, (band + 1) * cols)
+    ]
     fig = make_subplots(
-        rows=2,
-        cols=n,
-        subplot_titles=[f"BL {c}" for c in range(n)] + [f"CT {c}" for c in range(n)],
-        horizontal_spacing=0.005,
-        vertical_spacing=0.08,
+        rows=2 * bands,
+        cols=cols,
+        subplot_titles=titles,
+        horizontal_spacing=0.02,
+        vertical_spacing=0.05,
     )
-    for r, model in enumerate(("vanilla", "full_protected"), start=1):
+    for m, (model, _) in enumerate(models):
         for c, flat in enumerate(maps[model]):
             z = [flat[i * width : (i + 1) * width] for i in range(rows)]
-            fig.add_trace(go.Heatmap(z=z, coloraxis="coloraxis"), r, c + 1)
+            hover = f"{model} class {c}: row %{{y}}, col %{{x}}, IG %{{z:.2f}}<extra></extra>"
+            trace = go.Heatmap(z=z, coloraxis="coloraxis", hovertemplate=hover)
+            fig.add_trace(trace, 2 * (c // cols) + m + 1, c % cols + 1)
     for row in (min(MNIST_PROTECTED_ROWS) + 4.5, max(MNIST_PROTECTED_ROWS) - 4.5):
         fig.add_hline(y=row, row="all", col="all", line={"color": "red", "width": 1, "dash": "dot"})
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, autorange="reversed")
-    fig.update_annotations(font_size=10)
+    fig.update_xaxes(visible=False, constrain="domain")
+    fig.update_yaxes(visible=False, autorange="reversed", constrain="domain")
+    for k in range(2 * bands * cols):  # square maps: each y axis follows its own x axis
+        suffix = "" if k == 0 else str(k + 1)
+        fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
+    fig.update_annotations(font_size=11)
     fig.update_layout(
         template=TEMPLATE,
         coloraxis={
             "colorscale": "Viridis",
             "cmin": 0,
             "cmax": 1,
-            "colorbar": {"title": "|IG|, scaled to [0, 1]"},
+            "colorbar": {
+                "title": {"text": "|IG|, scaled to [0, 1]", "side": "top"},
+                "orientation": "h",
+                "y": -0.02,
+                "yanchor": "top",
+                "len": 0.8,
+                "thickness": 12,
+            },
         },
-        height=300,
-        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        height=130 * 2 * bands + 110,
+        margin={"l": 10, "r": 10, "t": 30, "b": 70},
     )
     return fig
 
@@ -392,10 +416,13 @@ KNOB_LABELS = {
     "step_size": "search step",
 }
 KNOB_MEASURES = {"validity": "validity", "ip": "IP (L1)", "accuracy": "test accuracy"}
-_KNOB_AXES = {
-    "validity": "validity (share)",
-    "ip": "IP change (%)",
-    "accuracy": "test accuracy (share)",
+# The figure's short names: a column title holds a phone's third of 390 px, an axis title less.
+_KNOB_COLUMNS = {"validity": "validity", "ip": "IP change (%)", "accuracy": "test accuracy"}
+_KNOB_SHORT = {
+    "lambda_div": "λ_div",
+    "lambda_adv": "λ_adv",
+    "nce": "nce (share)",
+    "step_size": "search step",
 }
 DATA_COLOURS = {"moons": "#2ca02c", "mnist": "#1f6fb4"}
 
@@ -415,23 +442,22 @@ def _knob_series(points: list[dict[str, Any]], measure: str) -> tuple[list, list
 
 
 def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
-    """Validity, IP and accuracy (rows) against each knob (columns), one line per data set: the
-    mean over seeds, with the range between them as error bars. Each row has one y range that
-    holds every line and bar, so the columns compare at a glance; shares never run past 1."""
+    """Validity, IP and accuracy (columns) against each knob (rows), one line per data set: the
+    mean over seeds, with the range between them as error bars. Each column has one y range that
+    holds every line and bar, so the rows compare at a glance; shares never run past 1."""
     names = list(knobs["knobs"])
     fig = make_subplots(
-        rows=len(KNOB_MEASURES),
-        cols=len(names),
-        shared_xaxes=False,
-        column_titles=[KNOB_LABELS[k] for k in names],
-        horizontal_spacing=0.06,
-        vertical_spacing=0.08,
+        rows=len(names),
+        cols=len(KNOB_MEASURES),
+        column_titles=list(_KNOB_COLUMNS.values()),
+        horizontal_spacing=0.1,
+        vertical_spacing=0.09,
     )
     extent = {m: [1.0, 1.0] if m != "ip" else [0.0, 0.0] for m in KNOB_MEASURES}
     for key, table in knobs["data"].items():
-        for col, knob in enumerate(names, start=1):
+        for row, knob in enumerate(names, start=1):
             points = sorted(table[knob], key=lambda r: r["value"])
-            for row, measure in enumerate(KNOB_MEASURES, start=1):
+            for col, measure in enumerate(KNOB_MEASURES, start=1):
                 mean, up, down = _knob_series(points, measure)
                 pairs = [
                     (m - d, m + u) for m, u, d in zip(mean, up, down, strict=True) if m is not None
@@ -450,19 +476,28 @@ def knobs_figure(knobs: dict[str, Any]) -> go.Figure:
                     row=row,
                     col=col,
                 )
-    # Three settings per knob, λ_adv's first one 0: evenly spaced categories, not a log axis.
+    # Three or four settings per knob, λ_adv's first one 0: evenly spaced categories, not a log
+    # axis.
     fig.update_xaxes(type="category")
-    for col, knob in enumerate(names, start=1):
-        fig.update_xaxes(title_text=KNOB_LABELS[knob], row=len(KNOB_MEASURES), col=col)
-    for row, measure in enumerate(KNOB_MEASURES, start=1):
-        fig.update_yaxes(title_text=_KNOB_AXES[measure], row=row, col=1)
+    for row, knob in enumerate(names, start=1):
+        for col in range(1, len(KNOB_MEASURES) + 1):
+            fig.update_xaxes(
+                title_text=_KNOB_SHORT[knob], title_standoff=4, title_font_size=11, row=row, col=col
+            )
+    for col, measure in enumerate(KNOB_MEASURES, start=1):
         low, high = extent[measure]
         if measure == "ip":  # every line and bar, with a margin
             pad = 0.05 * (high - low or 1.0)
-            fig.update_yaxes(range=[low - pad, high + pad], row=row)
+            fig.update_yaxes(range=[low - pad, high + pad], col=col)
         else:  # shares: from just below the lowest seed to 1
-            fig.update_yaxes(range=[min(low, 0.95) - 0.02, 1.01], row=row)
-    fig.update_layout(template=TEMPLATE, height=680, legend={"orientation": "h", "y": -0.12})
+            fig.update_yaxes(range=[min(low, 0.95) - 0.02, 1.01], col=col)
+    fig.update_annotations(font_size=12)
+    fig.update_layout(
+        template=TEMPLATE,
+        height=190 * len(names) + 90,
+        margin={"l": 40, "r": 10, "t": 40, "b": 60},
+        legend={"orientation": "h", "y": -0.08},
+    )
     return fig
 
 
@@ -501,10 +536,8 @@ def adversarial_text(results: dict[str, Any]) -> str:
     if not parts:
         return "The training logs hold no adversarial loss."
     return (
-        "CT's adversarial term in training, the cross-entropy of the nascent points against "
-        "their factual labels averaged over the epochs, per seed: " + "; ".join(parts) + ". "
-        "How often the nascent point is the factual itself (the first step already leaves the "
-        "ε-ball) is not logged, so it is not reported."
+        "CT's adversarial loss in training (the cross-entropy of the nascent points against "
+        "their factual labels, mean over the epochs), per seed: " + "; ".join(parts) + "."
     )
 
 

@@ -85,17 +85,16 @@ def verdicts(d: dict[str, Any], key: str, measure: str, scale: str = SCALE) -> l
 def rule_text() -> str:
     """The rule that decides agreement, stated before any table."""
     return (
-        "Each of our three seeds is one trained model, as the paper's one model per data set, "
-        "and is compared with the paper's number on its own. A **reduction** (IP, IP\\*, cost) "
-        f"agrees when |ours − paper| ≤ {Z} × √(SE_ours² + SE_paper²), both SEs being "
-        "100 × the standard deviation of the per-run ratio CT / baseline, as the paper computes "
-        "its SE, *and* both are significant (the 99 % interval of per-run differences excludes "
-        "0) or neither is. Where the paper publishes no SE (costs without constraints) its SE "
-        "counts as 0 and significance is not compared. A **level** (validity, accuracy), "
-        f"published to two digits, agrees when |ours − paper| ≤ {Z} × SE_ours + {ROUNDING}, "
-        "with SE_ours the standard deviation over runs (validity) or the binomial SE on the "
-        f"test set (accuracy). A number *agrees* overall when it agrees in at least {MAJORITY} "
-        "of the 3 seeds. Published significance is marked ✱."
+        "Each seed, one model like the paper's, is compared with the paper's number on its own. "
+        "A **reduction** (IP, IP\\*, cost) "
+        f"agrees when |ours − paper| ≤ {Z} × √(SE_ours² + SE_paper²), each SE being 100 × the "
+        "standard deviation of the per-run ratio CT / baseline, as the paper computes it, *and* "
+        "both are significant (the 99 % interval of per-run differences excludes 0) or neither "
+        "is. Where the paper publishes no SE, its SE counts as 0 and significance is not "
+        "compared. A **level** (validity, accuracy), published to two digits, agrees when "
+        f"|ours − paper| ≤ {Z} × SE_ours + {ROUNDING}, with SE_ours the standard deviation over "
+        "runs (validity) or the binomial SE (accuracy). A number *agrees* when it agrees in at "
+        f"least {MAJORITY} of the 3 seeds. ✱ marks a significant reduction."
     )
 
 
@@ -225,13 +224,11 @@ def ceiling_text(results: dict[str, Any], scale: str = SCALE) -> str:
     where = "below" if s["agree"] < low else "above" if s["agree"] > high else "within"
     text = (
         "How many could agree? The rule's tolerance is one model's spread between runs, not the "
-        "spread between models. Judged by the same rule against each other, our own seeds agree "
-        f"in {c.agreeing} of {c.pairs} pairs ({rate:.0%}). If the paper's model were one more "
-        f"seed like ours, a perfect reproduction would agree on about {low} to {high} of "
-        f"{c.numbers} numbers: the chance that at least {MAJORITY} of 3 seeds agree with a "
-        f"fourth, summed over the numbers, at each number's own pair rate ({c.expected:.1f}) or "
-        f"at the pooled {rate:.0%} ({pooled:.1f}). The count of {s['agree']} is {where} that "
-        "range."
+        "spread between models: judged by it, our own seeds agree with each other in "
+        f"{c.agreeing} of {c.pairs} pairs ({rate:.0%}). If the paper's model were one more seed "
+        f"like ours, a perfect reproduction would agree on about {low} to {high} of "
+        f"{c.numbers} numbers (at each number's own pair rate, {c.expected:.1f}; at the pooled "
+        f"{rate:.0%}, {pooled:.1f}). The count of {s['agree']} is {where} that range."
     )
     found = edges(results, scale)
     if found:
@@ -241,8 +238,8 @@ def ceiling_text(results: dict[str, Any], scale: str = SCALE) -> str:
             for e in found
         ]
         text += (
-            f" Some numbers sit on the edge of significance, where leaving out a single run of "
-            f"the 100 turns it around: {'; '.join(listed)}."
+            " On the edge of significance, where leaving out one of the 100 runs turns it "
+            f"around: {'; '.join(listed)}."
         )
     for key, measure, width in wide_published():
         k, n = count(verdicts(results["data"][key], key, measure, scale))
@@ -328,9 +325,8 @@ def average_text(results: dict[str, Any], scale: str = SCALE) -> str:
         '"adversarial robustness improves across the board": under FGSM at ε≈0.03 CT is more '
         f"accurate than the baseline by more than {Z} standard errors of the difference on "
         f"{' / '.join(map(str, row.above))} of {row.data_sets} data sets, and less "
-        f"accurate by as much on {' / '.join(map(str, row.below))} (binomial errors "
-        "on the test rows, the two models taken as independent samples: both are scored on the "
-        "same rows, so this overstates the error); the paper's table, from its preprint, has CT "
+        f"accurate by as much on {' / '.join(map(str, row.below))} (binomial errors, "
+        "the models taken as independent, which overstates the error); the paper's preprint has CT "
         f"above the baseline on {paper_above} of the {len(published.ACCURACY)} data sets it "
         "publishes."
     )
@@ -407,11 +403,6 @@ def validity_text(results: dict[str, Any], tolerance: float = 0.1) -> str:
     return _sentence("; ".join(parts))
 
 
-def _protected_validity(d: dict[str, Any], key: str) -> str:
-    """CT's protected validity per seed, as "a / b / c"."""
-    return " / ".join(_f(s["mean"], 2) for s in d["data"][key]["validity"]["protected"]["full"])
-
-
 def _only(results: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     return {"data": {k: results["data"][k] for k in keys}}
 
@@ -419,10 +410,8 @@ def _only(results: dict[str, Any], keys: list[str]) -> dict[str, Any]:
 # The variants that train CT with protected features with other loss weights than the grid's
 # (the main grid's), by what they give it.
 WEIGHT_VARIANTS = {
-    "zero_lambdas_protected": "without the ridge and the adversarial term (0 and 0, the "
-    "mutability grids as committed once)",
-    "default_lambdas_protected": "with CTExperiments' bare defaults (λ_reg = {reg:g}, "
-    "λ_adv = {adv:g})",
+    "zero_lambdas_protected": "without the ridge and the adversarial term",
+    "default_lambdas_protected": "with the bare defaults (λ_reg = {reg:g}, λ_adv = {adv:g})",
 }
 
 
@@ -436,7 +425,7 @@ def protected_weights_text(
         return ""
     keys = [k for k in results["data"] if all(k in v["data"] for v in shipped.values())]
     _, _, reg, adv = DEFAULT_LAMBDAS
-    rows = [("with the main grid's weights (the grid)", results)]
+    rows = [("with the main grid's weights", results)]
     rows += [
         (f"{WEIGHT_VARIANTS[name].format(reg=reg, adv=adv)} (`{name}`)", v)
         for name, v in shipped.items()
@@ -444,19 +433,12 @@ def protected_weights_text(
     parts = []
     for what, merged in rows:
         close, _ = validity_close(_only(merged, keys), "protected", tolerance)
-        per_set = ", ".join(
-            f"{EXPERIMENTS[k].label} {_protected_validity(merged, k)}" for k in keys
-        )
-        parts.append(
-            f"{what}: {per_set}; both models within {tolerance:g} of the paper's in at least "
-            f"{MAJORITY} seeds on {close} of {len(keys)}"
-        )
-    paper = ", ".join(
-        f"{EXPERIMENTS[k].label} {published.VALIDITY[k]['protected'][0]:.2f}" for k in keys
-    )
+        parts.append(f"{what} on {close}")
     return _sentence(
-        f"CT's protected validity per seed on the synthetic sets (paper: {paper}), "
+        f"CT's and the baseline's protected validity lie within {tolerance:g} of the paper's in "
+        f"at least {MAJORITY} seeds, of the {len(keys)} synthetic sets, "
         + "; ".join(parts)
+        + " (each seed's value: the table's last column)"
     )
 
 
@@ -486,10 +468,9 @@ def rerun_text(
         for e in ("unconstrained", "protected")
     }
     text = (
-        f"The same command, with the same settings and seeds, run again on another 2-core CPU "
-        f"({run['cpu']}, {run['date']}), took {run['wall_seconds'] / 60:.0f} minutes for "
-        "everything (the grid, the ablation, IG, the 2-D chapter's data and the knob study). "
-        f"There {there['agree']} of the {there['total']} published reductions agree in at least "
+        f"Run again with the same settings and seeds on another 2-core CPU ({run['cpu']}, "
+        f"{run['date']}; {run['wall_seconds'] / 60:.0f} minutes for everything), "
+        f"{there['agree']} of the {there['total']} published reductions agree in at least "
         f"{MAJORITY} seeds (here {here['agree']}); CT's and the baseline's validity are both "
         f"within {tolerance:g} of the paper's in at least {MAJORITY} seeds on "
         f"{close['unconstrained'][1]} data sets without constraints (here "
@@ -500,11 +481,12 @@ def rerun_text(
         return text + (
             f"None of the {n_numbers} numbers of the main and validity tables changes its verdict."
         )
+    verb = "changes its" if len(moved) == 1 else "change their"
     return text + (
-        f"{len(moved)} of the {n_numbers} numbers of the main and validity tables change their "
-        f"verdict ({', '.join(moved)}): the two processors' float rounding differs in the last "
-        "digits, training carries that into slightly different models, and these numbers lie "
-        "close to the rule's edge. A count on this page is not sharper than that."
+        f"{len(moved)} of the {n_numbers} numbers of the main and validity tables {verb} verdict "
+        f"({', '.join(moved)}): the processors round floats differently, training carries that "
+        "into slightly different models, and numbers near the rule's edge move. No count is "
+        "sharper than that."
     )
 
 
@@ -791,13 +773,7 @@ def findings(
         else:
             tried = f" (variants tried: {', '.join(f.tried)})" if f.tried else ""
             text = f"Open: nothing measured brings it to agreement{tried}."
-        seeds = " / ".join(
-            _reduction(s) for s in seeds_of(results["data"][f.key], f.measure, scale)
-        )
-        out.append(
-            f"- **{NAMES[f.key]}, {LABELS[f.measure]}** (agrees in {f.agree} of {f.seeds}): paper "
-            f"{published.MAIN[f.key][f.measure][0]:.1f}, ours {seeds}. {text}"
-        )
+        out.append(f"- **{NAMES[f.key]}, {LABELS[f.measure]}** ({f.agree} of {f.seeds}): {text}")
     return "\n".join(out) if out else "Every published reduction agrees in at least 2 seeds."
 
 
@@ -1170,7 +1146,6 @@ def draw_text(
         if rs
     ]
     return (
-        "All three seeds of a synthetic data set share one draw of its points. "
         f"{' and '.join(NAMES[k] for k in keys)} were drawn {n_draws - 1} more times (variants "
         f"{', '.join(f'`{v}`' for v in DRAW_VARIANTS)}) and trained with the same three seeds. A "
         "number follows the draw where the draws' means spread more than twice as far as the "

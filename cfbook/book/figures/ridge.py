@@ -207,16 +207,15 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
     low, high = min(map(min, without.values())), max(map(max, without.values()))
     r_without = r.ridge_without
     text = (
-        f"The training logs of the same cells show how the trainings differ. Without the "
-        f"ridge, the ridge term that CT logs but weighs 0 (the mean of z_t² over the "
+        f"Without the ridge, the ridge term (logged, weighed 0: the mean of z_t² over the "
         f"counterfactuals and their neighbours) reaches {_number(min(r_without))} to "
-        f"{_number(max(r_without))} at its largest, per data set and seed, a root-mean-square "
-        f"target logit of {(min(r_without) / 2) ** 0.5:,.0f} to "
-        f"{(max(r_without) / 2) ** 0.5:,.0f}; with {_listed(list(ridged))} it stays at or below "
-        f"{_number(max(r.ridge_with))}. Over the last {LATE} epochs CT's training-time validity "
-        f"(the training search: {SEARCH['maxiter']} steps, to the data set's training τ) moves "
-        f"with a standard deviation of {low:.2f} to {high:.2f} per seed without the ridge and "
-        f"{min(map(min, with_.values())):.2f} to {max(map(max, with_.values())):.2f} with it. "
+        f"{_number(max(r_without))} at its largest, a root-mean-square target logit of "
+        f"{(min(r_without) / 2) ** 0.5:,.0f} to {(max(r_without) / 2) ** 0.5:,.0f}; with "
+        f"{_listed(list(ridged))} it stays at or below {_number(max(r.ridge_with))}. Over the "
+        f"last {LATE} epochs the training-time validity ({SEARCH['maxiter']} search steps, to the "
+        f"training τ) moves with a standard deviation of {low:.2f} to {high:.2f} per seed "
+        f"without the ridge and {min(map(min, with_.values())):.2f} to "
+        f"{max(map(max, with_.values())):.2f} with it. "
     )
     if not r.unsteady:
         return text + (
@@ -224,27 +223,19 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
             "training without the ridge, so they do not explain the difference in protected "
             "validity."
         )
-    overlap = [
-        f"{NAMES[k]} ({min(without[k]):.2f}–{max(without[k]):.2f} without, "
-        f"{min(with_[k]):.2f}–{max(with_[k]):.2f} with)"
-        for k in without
-        if k not in r.unsteady
-    ]
+    overlap = [NAMES[k] for k in without if k not in r.unsteady]
     text += (
         f"On {_listed([NAMES[k] for k in r.unsteady])} every seed trained without the ridge moves "
         "more than every seed trained with it"
         + (f"; on {_listed(overlap)} the ranges overlap. " if overlap else ". ")
     )
     last_epoch = _last_epoch(configured)
-    text += (
-        f"There, without the ridge, the model that training leaves at {last_epoch} depends on "
-        "where this oscillation stands when it stops"
-    )
+    text += f"There the model left at {last_epoch} depends on where the oscillation stands"
     text += (
         f": on {_listed([NAMES[k] for k in r.tracked])} the last epoch's training-time validity "
         f"lies within {CLOSE:g} of the test-time protected validity in every seed. "
         if r.tracked
-        else ", though on none of them does the last epoch's training-time validity stay within "
+        else ", yet on none of them does the last epoch's training-time validity lie within "
         f"{CLOSE:g} of the test-time protected validity in every seed. "
     )
     reached = [
@@ -256,11 +247,10 @@ def stability_text(configured: Logs, results: dict[str, Any], ridged: Ridged) ->
     if reached:
         text += (
             f"Where the paper reports a protected validity of {REACHED:g} or more, our runs "
-            f"without the ridge reach a training-time validity of {REACHED:g} or more on "
-            f"{'; '.join(reached)}. With one model per objective, as the paper trained, the "
-            "paper's value can be where such an oscillation stopped, or CT.jl's training "
-            "without the ridge can be steady where ours is not: the shipped results cannot tell "
-            "the two apart, so the cause stays open."
+            f"without the ridge reach {REACHED:g} or more in training on {'; '.join(reached)}. "
+            "The paper's one model may have stopped where such an oscillation happened to be, or "
+            "CT.jl's training without the ridge may be steady where ours is not: the shipped "
+            "results cannot tell the two apart, so the cause stays open."
         )
     return text
 
