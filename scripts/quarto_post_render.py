@@ -6,9 +6,9 @@ require.js's `define`. The book's figures need none of it: they draw with the gl
 the site's own plotly.min.js (which require.js would even hide, since plotly.js registers as an
 AMD module when `define` exists). This script removes those three tags from the rendered pages,
 adds the site's figure script (cfbook/book/site/figures.js: it fits each figure to the page
-column, on a phone as on a desktop) to the end of each page, then fails the render if a page or
-stylesheet still loads a script, style, image or font from the network, naming the file and the
-address.
+column, on a phone as on a desktop) to the end of each page, gives each chapter a link that
+downloads its notebook (copied beside the page), then fails the render if a page or stylesheet
+still loads a script, style, image or font from the network, naming the file and the address.
 
 Quarto runs it in the project folder with $QUARTO_PROJECT_OUTPUT_DIR set. Standard library only.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -47,6 +48,44 @@ def with_figure_script(page: str, script: str) -> str:
     return f"{head}{FIGURES_TAG}\n{script}</script>\n</body>{tail}"
 
 
+NOTEBOOK_LINK = (
+    '<p class="cfbook-notebook"><a href="{name}" download="{name}">'
+    "Download this chapter as a notebook</a></p>"
+)
+_TITLE_BLOCK = re.compile(r'<header id="title-block-header".*?</header>', re.S)
+
+
+def with_notebook_link(page: str, notebook: str) -> str:
+    """``page`` with a link that downloads ``notebook`` (a file name beside the page) after its
+    title block (once)."""
+    if 'class="cfbook-notebook"' in page:
+        return page
+    title = _TITLE_BLOCK.search(page)
+    if title is None:
+        return page
+    link = NOTEBOOK_LINK.format(name=notebook)
+    return f"{page[: title.end()]}\n{link}{page[title.end() :]}"
+
+
+def add_notebooks(site_dir: Path, project_dir: Path) -> int:
+    """Copy each page's source notebook (``<page>.ipynb`` in the project) beside the page and
+    link it from the page; pages without a notebook (the API reference) are left alone. Returns
+    how many pages got a link."""
+    linked = 0
+    for page in sorted(site_dir.rglob("*.html")):
+        relative = page.relative_to(site_dir).with_suffix(".ipynb")
+        source = project_dir / relative
+        if not source.is_file():
+            continue
+        shutil.copyfile(source, site_dir / relative)
+        text = page.read_text(encoding="utf-8")
+        linked_text = with_notebook_link(text, relative.name)
+        if linked_text != text:
+            page.write_text(linked_text, encoding="utf-8")
+            linked += 1
+    return linked
+
+
 def offline(site_dir: Path, script: str = "") -> list[str]:
     """Strip Quarto's widget scripts from the site's pages and add ``script`` (the figure
     script) to each; return the remote assets left."""
@@ -70,6 +109,7 @@ def offline(site_dir: Path, script: str = "") -> list[str]:
 
 def main() -> None:
     site_dir = Path(os.environ.get("QUARTO_PROJECT_OUTPUT_DIR") or "_site")
+    add_notebooks(site_dir, Path.cwd())
     remote = offline(site_dir, FIGURES_JS.read_text(encoding="utf-8"))
     if remote:
         sys.exit(

@@ -121,11 +121,34 @@ require.min.js" integrity="sha512-x" crossorigin="anonymous"></script>
 """
 
 
-def _post_render(site: Path) -> subprocess.CompletedProcess[str]:
+def _post_render(site: Path, project: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "QUARTO_PROJECT_OUTPUT_DIR": str(site)}
     return subprocess.run(
-        [sys.executable, str(POST_RENDER)], env=env, capture_output=True, text=True
+        [sys.executable, str(POST_RENDER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=project or site,  # Quarto runs it in the project folder
     )
+
+
+def test_post_render_links_each_chapter_to_its_notebook_copied_beside_it(tmp_path: Path) -> None:
+    project, site = tmp_path / "project", tmp_path / "project" / "_site"
+    (project / "book").mkdir(parents=True)
+    (site / "book").mkdir(parents=True)
+    (site / "reference").mkdir()
+    (project / "book" / "two_d.ipynb").write_text('{"cells": []}')
+    title = '<header id="title-block-header" class="quarto-title-block"><h1>T</h1></header>'
+    (site / "book" / "two_d.html").write_text(f"<body><main>{title}<p>x</p></main></body>")
+    (site / "reference" / "index.html").write_text(f"<body><main>{title}</main></body>")
+    for _ in range(2):  # a second render of the same site adds nothing
+        result = _post_render(site, project)
+        assert result.returncode == 0, result.stderr
+    page = (site / "book" / "two_d.html").read_text()
+    assert page.count('class="cfbook-notebook"') == 1
+    assert f'{title}\n<p class="cfbook-notebook"><a href="two_d.ipynb" download' in page
+    assert (site / "book" / "two_d.ipynb").read_text() == '{"cells": []}'
+    assert "cfbook-notebook" not in (site / "reference" / "index.html").read_text()
 
 
 def test_post_render_removes_quartos_widget_scripts(tmp_path: Path) -> None:

@@ -290,6 +290,17 @@ def render_with_nbconvert(book: Book, source_dir: Path, site_dir: Path) -> Path:
         body, _ = exporter.from_notebook_node(nb, resources=resources)
         target = site_dir / page
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(_NOTEBOOK_LINK.sub(r'href="\1.html\2"', body), encoding="utf-8")
+        # The chapter's notebook beside its page, linked after the links between notebooks
+        # became links between pages.
+        shutil.copyfile(source_dir / chapter, site_dir / chapter)
+        body = _NOTEBOOK_LINK.sub(r'href="\1.html\2"', body)
+        download = (
+            f'<p class="cfbook-notebook"><a href="{chapter.name}" download="{chapter.name}">'
+            "Download this chapter as a notebook</a></p>"
+        )
+        body = body.replace(
+            '<main class="cfbook-main">', f'<main class="cfbook-main">{download}', 1
+        )
+        target.write_text(body, encoding="utf-8")
     print(f"Built {len(pages)} pages with nbconvert in {site_dir}")
     return site_dir / pages[0][0]
