@@ -161,7 +161,8 @@ def _href(target: str, page: str) -> str:
     return posixpath.relpath(target, posixpath.dirname(page) or ".")
 
 
-# Links between notebooks (`[memory](memory.ipynb#caching)`) point at their pages, as in Quarto.
+# Links between notebooks (`[the GPU chapter](gpu.ipynb#caching)`) point at their pages, as
+# in Quarto.
 _NOTEBOOK_LINK = re.compile(r'href="([^":#?]+)\.ipynb(#[^"]*)?"')
 
 
