@@ -17,12 +17,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from cfbook.book.prose import PROSE_BUDGET, prose_words
 from cfbook.book.site.nbconvert import cell_options
 from cfbook.book.toc import read_book
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every chapter _quarto.yml lists, by name: a chapter added there is checked without edits here.
-CHAPTERS = {c.stem: c for c in read_book(ROOT).chapters}
+BOOK = read_book(ROOT)
+CHAPTERS = {c.stem: c for c in BOOK.chapters}
+# The chapters a reader works through (the numbered ones; not the appendices), each of which ends
+# with a summary and exercises.
+MAIN_CHAPTERS = {c.stem for c in BOOK.chapters if BOOK.numbers[c].isdigit()}
 # nbval compares a cell's stored output when the cell carries this tag (a tag, not nbval's
 # comment marker, so that no test machinery shows on the page).
 CHECK_TAG = "nbval-check-output"
@@ -184,3 +189,37 @@ def test_the_training_stage_needs_no_demonstration_cell():
         assert not missing, f"a stage cell reads {sorted(missing)}, set only by a demo cell"
         stage |= defined
     assert demo, "the training chapter has no demonstration cell any more"
+
+
+def test_the_book_s_prose_fits_its_budget():
+    """Counted from the executed notebooks, generated text included."""
+    words = {name: prose_words(read(name)) for name in CHAPTERS}
+    assert sum(words.values()) <= PROSE_BUDGET, sorted(words.items(), key=lambda kv: -kv[1])
+
+
+def test_prose_words_counts_text_and_output_but_not_code_or_tables():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Two words\n\n```python\nx = 1 + 2\n```\n| a | b |"),
+        nbformat.v4.new_code_cell("print('not counted')"),
+    ]
+    nb.cells[1].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="three more words\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="a warning, not prose\n"),
+        nbformat.v4.new_output("display_data", data={"text/markdown": "**Bold** one\n|x|y|"}),
+    ]
+    assert prose_words(nb) == 2 + 3 + 2
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c in MAIN_CHAPTERS])
+def test_each_chapter_ends_with_a_summary_and_exercises_with_folded_hints(chapter):
+    headings = [
+        line
+        for cell in read(chapter).cells
+        if cell.cell_type == "markdown"
+        for line in cell.source.splitlines()
+        if line.startswith("## ")
+    ]
+    assert headings[-2:] == ["## Summary", "## Exercises"], f"{chapter}: {headings[-3:]}"
+    exercises = read(chapter).cells[-1].source
+    assert exercises.count("<details><summary>Hint</summary>") >= 2, chapter
