@@ -103,8 +103,11 @@ def test_nbconvert_site_has_quartos_layout_navigation_math_and_no_cdn(
     assert site.index == root / "index.html" and site.builder == "nbconvert"
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [
         "book/first.html",
+        "book/first.ipynb",
         "book/second.html",
+        "book/second.ipynb",
         "index.html",
+        "index.ipynb",
         PLOTLY_JS,
     ]
     assert "nbconvert" in capsys.readouterr().out
@@ -119,6 +122,15 @@ def test_nbconvert_site_has_quartos_layout_navigation_math_and_no_cdn(
         ({"href": "second.html"}, "Second"),
     ]
     assert ({"href": "second.html#more"}, "on") in links  # a notebook link becomes a page link
+    # Each page downloads its own notebook, copied beside it.
+    notebook = (
+        {"href": "first.ipynb", "download": "first.ipynb"},
+        "Download this chapter as a notebook",
+    )
+    assert notebook in links
+    assert (root / "book" / "first.ipynb").read_bytes() == (
+        project / "book" / "first.ipynb"
+    ).read_bytes()
     assert links[-2:] == [
         ({"href": "../index.html", "rel": "prev"}, "\u2190 Welcome"),
         ({"href": "second.html", "rel": "next"}, "Second \u2192"),
