@@ -19,7 +19,7 @@ import pytest
 
 from cfbook.book.prose import PROSE_BUDGET, prose_words
 from cfbook.book.site.nbconvert import cell_options
-from cfbook.book.toc import read_book
+from cfbook.book.toc import HOME_PAGE, read_book
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every chapter _quarto.yml lists, by name: a chapter added there is checked without edits here.
@@ -126,12 +126,14 @@ def test_expected_cells_are_checked_and_executed(chapter):
 
 
 def checked_chapters() -> list[Path]:
-    """The chapters with a cell whose stored output nbval compares. The others would only be
-    executed, which the pipeline's smoke build (test_pipeline.py) does already."""
+    """The chapters with a cell whose stored output nbval compares, and the home page, whose
+    quick start a reader runs first. The others would only be executed, which the pipeline's
+    smoke build (test_pipeline.py) does already."""
     return [
         path
         for name, path in CHAPTERS.items()
-        if any(CHECK_TAG in c.metadata.get("tags", []) for c in code_cells(read(name)))
+        if path == HOME_PAGE
+        or any(CHECK_TAG in c.metadata.get("tags", []) for c in code_cells(read(name)))
     ]
 
 
