@@ -42,15 +42,15 @@ def gallery_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
     titles = []
     for i in range(n):
         marks = {
-            k: "✓" if g["valid"][i] else "✗ invalid"
+            k: "✓" if g["valid"][i] else "✗"
             for k, g in (("vanilla", g_base), ("full", g_ct))
         }
         titles += [
             f"{g_ct['label'][i]} → {g_ct['target'][i]}",
             f"baseline {marks['vanilla']}",
             f"CT {marks['full']}",
-            "baseline change",
-            "CT change",
+            "Δ baseline",
+            "Δ CT",
         ]
     fig = make_subplots(
         rows=n, cols=5, subplot_titles=titles, horizontal_spacing=0.01, vertical_spacing=0.3 / n
@@ -80,20 +80,27 @@ def gallery_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
     for k in range(n * 5):
         suffix = "" if k == 0 else str(k + 1)
         fig.layout[f"yaxis{suffix}"].scaleanchor = f"x{suffix}"
-    fig.update_annotations(font_size=11)
+    # Short titles and the change scale below the images: five columns fit a phone's column
+    # (the caption says what the columns are and which search made them).
+    fig.update_annotations(font_size=10)
     fig.update_layout(
         template=TEMPLATE,
-        height=125 * n + 60,
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        height=110 * n + 70,
+        margin={"l": 5, "r": 5, "t": 25, "b": 10},
         coloraxis={"colorscale": _IMAGE_SCALE, "cmin": 0, "cmax": 255, "showscale": False},
         coloraxis2={
             "colorscale": _CHANGE_SCALE,
             "cmin": -255,
             "cmax": 255,
-            "colorbar": {"title": "change", "len": 0.3},
+            "colorbar": {
+                "title": {"text": "change (Δ)", "side": "top"},
+                "orientation": "h",
+                "len": 0.5,
+                "thickness": 10,
+                "y": -0.01,
+                "yanchor": "top",
+            },
         },
-        title=f"The same held-out digits, searched in both models (energy weight "
-        f"{g_ct['lambda_energy']:g})",
     )
     return fig
 
