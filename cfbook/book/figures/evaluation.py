@@ -41,10 +41,7 @@ def gallery_figure(full: dict[str, Any], vanilla: dict[str, Any]) -> go.Figure:
     n = factual.shape[0]
     titles = []
     for i in range(n):
-        marks = {
-            k: "✓" if g["valid"][i] else "✗"
-            for k, g in (("vanilla", g_base), ("full", g_ct))
-        }
+        marks = {k: "✓" if g["valid"][i] else "✗" for k, g in (("vanilla", g_base), ("full", g_ct))}
         titles += [
             f"{g_ct['label'][i]} → {g_ct['target'][i]}",
             f"baseline {marks['vanilla']}",

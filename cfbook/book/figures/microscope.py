@@ -55,8 +55,9 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
     last = max(1, *(s["counterfactual_at"] for s in searches.values()))
     steps = min(last + 2, len(next(iter(searches.values()))["target_prob"]))
     images = {mode: _levels(searches[mode], steps) for mode in _ROWS}
-    titles = [t for mode in _ROWS for t in (NAMES[mode], f"{NAMES[mode]}: change")]
-    titles += ["target probability", "L-inf distance from the factual"]
+    # Short titles, so that the four images of the top row fit a phone's column.
+    titles = [t for mode in _ROWS for t in (NAMES[mode], "Δ")]
+    titles += ["target probability", "L-inf from the factual"]
     fig = make_subplots(
         rows=2,
         cols=4,
@@ -153,7 +154,7 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
         coloraxis={"colorscale": _IMAGE_SCALE, "cmin": 0, "cmax": 255, "showscale": False},
         coloraxis2={"colorscale": _CHANGE_SCALE, "cmin": -255, "cmax": 255, "showscale": False},
         legend={"orientation": "h", "y": -0.42},
-        title=f"Digit {meta['factual']} → {meta['target']}, searched step by step in both models",
+        title=f"Digit {meta['factual']} → {meta['target']}, step by step",
         sliders=[
             {
                 "active": steps - 1,

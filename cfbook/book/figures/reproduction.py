@@ -907,7 +907,7 @@ def reduction_figure(results: dict[str, Any], scale: str = SCALE) -> go.Figure:
         rows=len(LABELS),
         cols=1,
         shared_yaxes=True,
-        subplot_titles=[f"{_plain(v)} reduction, CT vs baseline (%)" for v in LABELS.values()],
+        subplot_titles=[f"{_plain(v)} reduction (%)" for v in LABELS.values()],
         vertical_spacing=0.08,
     )
     for row, measure in enumerate(LABELS, start=1):

@@ -263,11 +263,12 @@ def seeds_figure(full: Sequence[TrainingLog], vanilla: Sequence[TrainingLog]) ->
     fig = make_subplots(
         rows=2,
         cols=2,
+        # Short titles: two panels side by side still fit a phone's column.
         subplot_titles=(
-            "Wall-clock time per epoch (s)",
+            "Time per epoch",
             "Held-out accuracy",
-            "Valid training-time counterfactuals (share)",
-            "Energy differential, valid ones (logits)",
+            "Valid searches",
+            "Energy differential",
         ),
         vertical_spacing=0.16,
     )
@@ -285,10 +286,10 @@ def seeds_figure(full: Sequence[TrainingLog], vanilla: Sequence[TrainingLog]) ->
     burnin = _burnin(full)
     fig.add_vline(x=burnin + 0.5, line={"dash": "dash", "color": BURNIN_COLOUR, "width": 1})
     fig.update_xaxes(title_text="epoch")
-    fig.update_yaxes(title_text="seconds per epoch", row=1, col=1)
-    fig.update_yaxes(title_text="held-out accuracy (share)", row=1, col=2)
-    fig.update_yaxes(title_text="valid counterfactuals (share)", range=[0, 1.05], row=2, col=1)
-    fig.update_yaxes(title_text="z(x') − z(x+) (logits)", row=2, col=2)
+    fig.update_yaxes(title_text="seconds", row=1, col=1)
+    fig.update_yaxes(title_text="share", row=1, col=2)
+    fig.update_yaxes(title_text="share", range=[0, 1.05], row=2, col=1)
+    fig.update_yaxes(title_text="logits (valid ones)", row=2, col=2)
     fig.update_layout(
         template=TEMPLATE,
         height=640,
