@@ -58,14 +58,16 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
     # Short titles, so that the four images of the top row fit a phone's column.
     titles = [t for mode in _ROWS for t in (NAMES[mode], "Δ")]
     titles += ["target probability", "L-inf from the factual"]
+    # The two curves stacked under the images: each gets the column's full width on a phone.
+    wide = [{"colspan": 4}, None, None, None]
     fig = make_subplots(
-        rows=2,
+        rows=3,
         cols=4,
-        specs=[[{}] * 4, [{"colspan": 2}, None, {"colspan": 2}, None]],
+        specs=[[{}] * 4, wide, wide],
         subplot_titles=titles,
-        row_heights=[0.4, 0.6],
-        horizontal_spacing=0.09,
-        vertical_spacing=0.12,
+        row_heights=[0.3, 0.35, 0.35],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.09,
     )
     start = _frame_data(images, searches, steps - 1)
     for i in range(len(_ROWS)):
@@ -76,7 +78,7 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
         fig.add_trace(change, row=1, col=2 * i + 2)
     x = list(range(steps))
     for c, (key, setting, symbol) in enumerate(_CURVES):
-        col = 2 * c + 1
+        row, col = 2 + c, 1
         for i, mode in enumerate(_ROWS):
             s, colour = searches[mode], COLOURS[mode]
             fig.add_trace(
@@ -88,7 +90,7 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
                     showlegend=c == i == 0,
                     hoverinfo="skip",
                 ),
-                row=2,
+                row=row,
                 col=col,
             )
             outcome = "valid" if s["valid"] else "not valid"
@@ -101,7 +103,7 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
                 legendgroup=mode,
                 showlegend=c == 0,
                 hovertemplate=f"step %{{x}}: %{{y:.3f}}<extra>{NAMES[mode]}</extra>",
-                row=2,
+                row=row,
                 col=col,
             )
             for at, marker, name in (
@@ -117,7 +119,7 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
                     legendgroup=name,
                     showlegend=c == i == 0,
                     hovertemplate=f"{name}: step %{{x}}<extra>{NAMES[mode]}</extra>",
-                    row=2,
+                    row=row,
                     col=col,
                 )
         fig.add_hline(
@@ -125,12 +127,13 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
             line_dash="dash",
             annotation_text=f"{symbol} = {search[setting]:g}",
             annotation_position="bottom right",
-            row=2,
+            row=row,
             col=col,
         )
-        fig.update_xaxes(title_text="search step", range=[-0.5, steps - 0.5], row=2, col=col)
+        fig.update_xaxes(range=[-0.5, steps - 0.5], row=row, col=col)
+    fig.update_xaxes(title_text="search step", row=3, col=1)
     fig.update_yaxes(title_text="p(target)", range=[0, 1.05], row=2, col=1)
-    fig.update_yaxes(title_text="L-inf ([-1, 1] pixel units)", row=2, col=3)
+    fig.update_yaxes(title_text="L-inf", row=3, col=1)
     for col in range(1, 5):
         fig.update_xaxes(visible=False, constrain="domain", row=1, col=col)
         fig.update_yaxes(
@@ -149,18 +152,18 @@ def microscope_figure(result: dict[str, Any]) -> go.Figure:
     ]
     fig.update_layout(
         template=TEMPLATE,
-        height=680,
+        height=820,
         margin={"l": 10, "r": 10, "t": 60, "b": 10},
         coloraxis={"colorscale": _IMAGE_SCALE, "cmin": 0, "cmax": 255, "showscale": False},
         coloraxis2={"colorscale": _CHANGE_SCALE, "cmin": -255, "cmax": 255, "showscale": False},
-        legend={"orientation": "h", "y": -0.42},
+        legend={"orientation": "h", "y": -0.3},
         title=f"Digit {meta['factual']} → {meta['target']}, step by step",
         sliders=[
             {
                 "active": steps - 1,
                 "currentvalue": {"prefix": "search step "},
                 "pad": {"t": 10},
-                "y": -0.12,
+                "y": -0.08,
                 "steps": [
                     {
                         "label": str(t),
