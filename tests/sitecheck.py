@@ -216,7 +216,9 @@ _COLUMN_OFFENDERS = """() => {
   for (const el of column.querySelectorAll(wide)) {
     const box = el.getBoundingClientRect();
     if (box.width === 0 || fits(box)) continue;
-    const wrapper = scroller(el);
+    // A table, an equation or a code block may scroll inside a box that fits; a figure may not:
+    // it must fit the column itself, on a phone as on a desktop.
+    const wrapper = el.closest('.js-plotly-plot') ? null : scroller(el);
     if (wrapper && fits(wrapper.getBoundingClientRect())) continue;
     out.push(`${name(el)} spans ${px(box)}, the column ${px(edge)}`);
   }
