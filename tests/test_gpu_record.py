@@ -64,3 +64,22 @@ def test_the_memory_figure_draws_each_recorded_device() -> None:
     peaks = [t for t in fig.data if t.name != "stored results"]
     assert len(peaks) == 2 * len(kinds)  # one line per sweep and device
     assert all(t.name.split(",")[-1].strip()[:4].isdigit() for t in peaks if t.showlegend)
+
+
+def test_a_recorded_table_keeps_the_rows_asked_for_under_its_device_and_date() -> None:
+    from cfbook.book.benchmarks import benchmark_record, benchmark_table, run_label
+    from cfbook.book.gpu_record import recorded_table
+
+    assert "not yet measured on a GPU" in recorded_table("no-such-benchmark", ["model"])
+    if benchmark_record("efficiency", "cuda") is None:
+        pytest.skip("no GPU run of the efficiency benchmark is recorded")
+    rows = benchmark_table("efficiency", "cuda", text=True)
+    columns = ["model", "search", "Native"]
+    text = recorded_table("efficiency", columns, lambda r: r["model"] == "mlp")
+    lines = text.splitlines()
+    label = run_label(benchmark_record("efficiency", "cuda")["provenance"])
+    assert lines[0].startswith(f"Recorded on {label} (benchmark ")
+    assert lines[2] == "| model | search | Native |"
+    shown = [line for line in lines[4:] if line]
+    assert len(shown) == sum(r["model"] == "mlp" for r in rows) and 0 < len(shown) < len(rows)
+    assert all(line.startswith("| mlp | ") for line in shown)

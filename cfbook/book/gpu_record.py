@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from cfbook.atomic import atomic_write_text
-from cfbook.book.benchmarks import benchmark_record, benchmark_table
+from cfbook.book.benchmarks import benchmark_record, benchmark_table, run_label
 from cfbook.book.profiles import get_profile
 from cfbook.data import load_mnist
 from cfbook.device import (
@@ -225,11 +225,8 @@ def recorded_table(
     if record is None:
         return f"Benchmark {name}: not yet measured on a GPU.\n"
     rows = [r for r in benchmark_table(name, kind, text=True) if keep is None or keep(r)]
-    provenance = record["provenance"]
-    machine = dict(p.split(": ", 1) for p in provenance["machine"].split("; ") if ": " in p)
     lines = [
-        f"Recorded on {machine.get('GPU', kind)}, {provenance['when']} "
-        f"(benchmark {record['title']}):",
+        f"Recorded on {run_label(record['provenance'])} (benchmark {record['title']}):",
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "|".join(" --- " for _ in columns) + "|",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from cfbook.book.benchmarks import benchmark_record, benchmark_table
+from cfbook.book.benchmarks import benchmark_record, benchmark_table, run_label
 from cfbook.book.figures.training import COLOURS, TEMPLATE
 
 __all__ = ["search_memory_figure", "throughput_figure"]
@@ -57,14 +57,6 @@ def throughput_figure(kind: str = "cpu") -> go.Figure | None:
     return fig
 
 
-def _run_label(kind: str) -> str:
-    """The processor a recorded block ran on and its date: 'NVIDIA H200 (CUDA 13.0), 2026-12-04'."""
-    provenance = benchmark_record("memory", kind)["provenance"]
-    parts = dict(part.split(": ", 1) for part in provenance["machine"].split("; ") if ": " in part)
-    name = parts.get("GPU") or parts.get("CPU", kind)
-    return f"{name}, {provenance['when'].split()[0]}"
-
-
 def search_memory_figure(kinds: str | tuple[str, ...] = "cpu") -> go.Figure | None:
     """Peak memory of one search against ``cf_batchsize`` (nce fixed, top) and against ``nce``
     (``cf_batchsize`` fixed, bottom) on each device kind recorded, beside the size of the stored
@@ -85,7 +77,13 @@ def search_memory_figure(kinds: str | tuple[str, ...] = "cpu") -> go.Figure | No
     colours = {"cpu": COLOURS["vanilla"], "cuda": COLOURS["full"]}
     for k, (kind, rows) in enumerate(recorded.items()):
         what = "allocator peak" if kind == "cuda" else "peak RSS"
-        series = [("search peak", f"{_run_label(kind)}: {what}", colours.get(kind, "#333333"))]
+        series = [
+            (
+                "search peak",
+                f"{run_label(benchmark_record('memory', kind)['provenance'])}: {what}",
+                colours.get(kind, "#333333"),
+            )
+        ]
         if k == 0:  # the same on every device
             results = next(c for c in rows[0] if c.startswith("results"))
             series.append((results, "stored results", "#777777"))
