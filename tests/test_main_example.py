@@ -106,5 +106,5 @@ def test_the_shipped_weights_are_the_recorded_models_and_search_the_same_digits(
 
 
 def test_missing_weights_name_the_command_that_trains_them(mnist, tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="python -m cfbook.commands.paper --data mnist"):
+    with pytest.raises(FileNotFoundError, match="python -m cfbook.commands.paper --cell"):
         load_main_models(tmp_path, mnist, torch.device("cpu"))

@@ -16,7 +16,7 @@ from torch import nn
 
 from cfbook.book.evaluation import EvaluationConfig, gallery
 from cfbook.evaluation.protocol import PaperProtocol
-from cfbook.paper.grid import _model
+from cfbook.paper.grid import _trained
 from cfbook.paper.settings import TEST_TAU, ExperimentData
 
 __all__ = [
@@ -129,21 +129,10 @@ def verdict_text(verdicts: list[SeedVerdict]) -> str:
 def load_main_models(
     folder: Path, data: ExperimentData, device: torch.device
 ) -> dict[str, nn.Module]:
-    """The shipped seed-0 baseline and CT model (``vanilla``, ``full``), in eval mode; the error
-    for a missing file says how to train them again."""
-    models = {}
-    for training in MODELS:
-        weights = folder / f"mnist-{training}-s0.pt"
-        if not weights.is_file():
-            raise FileNotFoundError(
-                f"{weights} is missing: train the grid's seed-0 MNIST cells again with "
-                "`python -m cfbook.commands.paper --data mnist --seeds 1 --out <folder>` and copy "
-                "<folder>/cells/mnist-vanilla-s0.pt and mnist-full-s0.pt here"
-            )
-        model = _model(data).to(device)
-        model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
-        models[training] = model.eval()
-    return models
+    """The shipped seed-0 baseline and CT model (``vanilla``, ``full``) of ``folder``, loaded as
+    the grid loads its cells, in eval mode; the error for a missing file names the command that
+    trains them again."""
+    return _trained("mnist", 0, tuple(MODELS), folder, data, device)
 
 
 def main_example_galleries(
