@@ -418,12 +418,7 @@ KNOB_LABELS = {
 KNOB_MEASURES = {"validity": "validity", "ip": "IP (L1)", "accuracy": "test accuracy"}
 # The figure's short names: a column title holds a phone's third of 390 px, an axis title less.
 _KNOB_COLUMNS = {"validity": "validity", "ip": "IP change (%)", "accuracy": "test accuracy"}
-_KNOB_SHORT = {
-    "lambda_div": "λ_div",
-    "lambda_adv": "λ_adv",
-    "nce": "nce (share)",
-    "step_size": "search step",
-}
+_KNOB_SHORT = {**KNOB_LABELS, "nce": "nce (share)"}
 DATA_COLOURS = {"moons": "#2ca02c", "mnist": "#1f6fb4"}
 
 
