@@ -4,7 +4,6 @@ from them, and the shipped MLPs whose gallery the chapter searches live."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,14 +26,28 @@ from cfbook.paper.settings import load_experiment_data
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
+def _measure(difference: float, half_width: float) -> Measure:
+    """CT's mean ``difference`` away from a baseline of 100, with a 99 % interval of
+    ``difference ± half_width``."""
+    return Measure(
+        100.0 + difference,
+        100.0,
+        -difference,
+        difference - half_width,
+        difference + half_width,
+    )
+
+
 def _verdict(seed: int, ip: float, star: float, valid_ct: float = 1.0) -> SeedVerdict:
+    """A seed whose IP and IP* differ from the baseline's by ``ip`` and ``star`` (negative:
+    CT lower), IP with an interval of ± 5 and IP* of ± 50."""
     return SeedVerdict(
         seed=seed,
         rounds=100,
         validity_ct=valid_ct,
         validity_baseline=1.0,
-        ip=Measure(90.0, 100.0, ip, ip > 5),
-        ip_star=Measure(0.01, 0.02, star, False),
+        ip=_measure(ip, 5.0),
+        ip_star=_measure(star, 50.0),
     )
 
 
@@ -45,27 +58,29 @@ def test_the_shipped_grid_shows_ct_working_on_the_mnist_mlp() -> None:
     assert [v.seed for v in verdicts] == [0, 1, 2]
     for v in verdicts:
         assert v.validity_baseline - v.validity_ct <= VALIDITY_GAP
-        assert v.ip.ct < v.ip.baseline and v.ip.reduction > 0 and v.ip.significant
+        assert v.ip.ct < v.ip.baseline and v.ip.reduction > 0 and v.ip.significantly_lower
     text = verdict_text(verdicts)
     assert "IP is lower with CT in every seed, and significantly so" in text
-    assert "excludes zero) in every seed" in text
+    assert "lies below zero) in every seed" in text
     assert len(verdict_table(verdicts).splitlines()) == 2 + len(verdicts)
 
 
 def test_the_text_counts_seeds_from_the_verdicts() -> None:
-    verdicts = [_verdict(0, 7.0, 3.0), _verdict(1, -2.0, -1.0), _verdict(2, 6.0, 2.0, 0.9)]
+    verdicts = [_verdict(0, -7.0, -3.0), _verdict(1, 2.0, 1.0), _verdict(2, -3.0, -2.0, 0.9)]
     text = verdict_text(verdicts)
-    assert "within 0.05, in 2 of 3 seeds (lowest: 0.900 against 1.000)" in text
+    assert "at most 0.05 below the baseline's in 2 of 3 seeds." in text
+    # Seeds 0 and 2 are lower; only seed 0's interval (-12 to -2) lies below zero.
     assert "IP is lower with CT in 2 of 3 seeds, and significantly so" in text
-    assert "excludes zero) in 2 of 3 seeds. IP\\*" in text
+    assert "lies below zero) in 1 of 3 seeds. IP\\*" in text
     assert "IP\\* is lower with CT in 2 of 3 seeds" in text
-    # A lower IP that is not significant counts as lower but not as significantly lower.
-    weak = [replace(v, ip=replace(v.ip, significant=False)) for v in verdicts]
-    assert "excludes zero) in 0 of 3 seeds. IP\\*" in verdict_text(weak)
-    # Significance against CT (a positive reduction is required) is not counted for CT.
-    against = [replace(v, ip=replace(v.ip, reduction=-3.0, significant=True)) for v in verdicts]
-    assert "IP is lower with CT in 0 of 3 seeds" in verdict_text(against)
-    assert "excludes zero) in 0 of 3 seeds. IP\\*" in verdict_text(against)
+    assert text.endswith("lies below zero) in 0 of 3 seeds.")
+    # An interval that excludes zero above it is significant, but not in CT's favour.
+    against = [_verdict(0, 7.0, 0.0)]
+    assert against[0].ip.significant and not against[0].ip.significantly_lower
+    assert "IP is lower with CT in 0 of 1 seed, and significantly so" in verdict_text(against)
+    assert "lies below zero) in 0 of 1 seed. IP\\*" in verdict_text(against)
+    table = verdict_table(verdicts)
+    assert table.splitlines()[2].count("✱") == 1 and "✱" not in table.splitlines()[3]
 
 
 def test_the_calibration_table_keeps_one_model_and_says_when_nothing_was_recorded() -> None:

@@ -41,12 +41,23 @@ MODELS = {"vanilla": "baseline", "full": "CT"}
 @dataclass(frozen=True)
 class Measure:
     """One measure of one seed: both models' means over the rounds, the reduction (relative %,
-    positive: CT lower) and whether the 99 % interval of CT - baseline excludes zero."""
+    positive: CT lower) and the 99 % interval of the per-round differences CT − baseline."""
 
     ct: float
     baseline: float
     reduction: float
-    significant: bool
+    ci_low: float
+    ci_high: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes zero, in either direction."""
+        return self.ci_low > 0 or self.ci_high < 0
+
+    @property
+    def significantly_lower(self) -> bool:
+        """The interval lies below zero: CT's value is significantly lower."""
+        return self.ci_high < 0
 
 
 @dataclass(frozen=True)
@@ -62,7 +73,9 @@ class SeedVerdict:
 
 
 def _measure(entry: dict[str, Any]) -> Measure:
-    return Measure(entry["ct"], entry["baseline"], entry["reduction"], bool(entry["significant"]))
+    return Measure(
+        entry["ct"], entry["baseline"], entry["reduction"], entry["ci_low"], entry["ci_high"]
+    )
 
 
 def seed_verdicts(results: dict[str, Any], key: str = "mnist") -> list[SeedVerdict]:
@@ -83,6 +96,10 @@ def seed_verdicts(results: dict[str, Any], key: str = "mnist") -> list[SeedVerdi
     ]
 
 
+def _star(measure: Measure) -> str:
+    return " ✱" if measure.significant else ""
+
+
 def verdict_table(verdicts: list[SeedVerdict]) -> str:
     """A Markdown table, one row per seed."""
     lines = [
@@ -91,19 +108,18 @@ def verdict_table(verdicts: list[SeedVerdict]) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in verdicts:
-        star = {m: " ✱" if m.significant else "" for m in (v.ip, v.ip_star)}
+        ip, star = v.ip, v.ip_star
         lines.append(
             f"| {v.seed} | {v.rounds} | {v.validity_ct:.3f} / {v.validity_baseline:.3f} | "
-            f"{v.ip.ct:.1f} / {v.ip.baseline:.1f} | {v.ip.reduction:+.1f} %{star[v.ip]} | "
-            f"{v.ip_star.ct:.4f} / {v.ip_star.baseline:.4f} | "
-            f"{v.ip_star.reduction:+.1f} %{star[v.ip_star]} |"
+            f"{ip.ct:.1f} / {ip.baseline:.1f} | {ip.reduction:+.1f} %{_star(ip)} | "
+            f"{star.ct:.4f} / {star.baseline:.4f} | {star.reduction:+.1f} %{_star(star)} |"
         )
     return "\n".join(lines)
 
 
 def _count(flags: list[bool]) -> str:
     n, k = len(flags), sum(flags)
-    return "every seed" if k == n else f"{k} of {n} seeds"
+    return "every seed" if k == n else f"{k} of {n} seed{'s' if n != 1 else ''}"
 
 
 def verdict_text(verdicts: list[SeedVerdict]) -> str:
@@ -111,17 +127,14 @@ def verdict_text(verdicts: list[SeedVerdict]) -> str:
     and IP* lower and significantly lower in how many seeds."""
     close = [v.validity_baseline - v.validity_ct <= VALIDITY_GAP for v in verdicts]
     parts = [
-        f"CT's searches reached their target at least as often as the baseline's, within "
-        f"{VALIDITY_GAP:.2f}, in {_count(close)} (lowest: "
-        f"{min(v.validity_ct for v in verdicts):.3f} against "
-        f"{min(v.validity_baseline for v in verdicts):.3f})."
+        f"CT's validity was at most {VALIDITY_GAP:.2f} below the baseline's in {_count(close)}."
     ]
     for name, get in (("IP", lambda v: v.ip), ("IP\\*", lambda v: v.ip_star)):
-        lower = [get(v).reduction > 0 for v in verdicts]
-        significant = [get(v).reduction > 0 and get(v).significant for v in verdicts]
+        lower = [get(v).ct < get(v).baseline for v in verdicts]
+        significant = [get(v).significantly_lower for v in verdicts]
         parts.append(
             f"{name} is lower with CT in {_count(lower)}, and significantly so (the 99 % "
-            f"interval of CT − baseline excludes zero) in {_count(significant)}."
+            f"interval of CT − baseline lies below zero) in {_count(significant)}."
         )
     return " ".join(parts)
 
