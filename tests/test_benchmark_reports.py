@@ -122,7 +122,7 @@ def test_a_block_without_shown_notes_renders_as_in_results_md(results: Path) -> 
     assert block_markdown(record).rstrip().endswith("- CPU note.")
 
 
-def test_the_chunk_speed_is_read_from_the_throughput_rows_of_one_model() -> None:
+def test_the_chunk_speed_is_read_from_the_throughput_rows_of_one_model(tmp_path: Path) -> None:
     def cell(v: object) -> dict[str, object]:
         return {"text": str(v), "value": v}
 
@@ -136,8 +136,11 @@ def test_the_chunk_speed_is_read_from_the_throughput_rows_of_one_model() -> None
             {"title": "cf/s (maxiter 30)", "columns": ["model", "nce", "Native cf/s"], "rows": rows}
         ],
     }
-    text = chunk_speed_text({"cuda/throughput": block})
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"format": 1, "blocks": {"cuda/throughput": block}}))
+    text = chunk_speed_text(results=results)
     assert text.startswith("On NVIDIA X, 2026-01-02, a resnet18 search of up to 30 steps")
     assert "512 counterfactuals per second with 128 rows at once and 4,096 with 1,024" in text
     assert "about 2.00 s in 8 chunks of 128 and 0.25 s in one" in text
-    assert "not yet measured" in chunk_speed_text({})
+    assert "not yet measured" in chunk_speed_text("vgg", results=results)
+    assert "not yet measured" in chunk_speed_text(kind="mps", results=results)

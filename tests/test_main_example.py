@@ -83,7 +83,9 @@ def test_the_text_counts_seeds_from_the_verdicts() -> None:
     assert table.splitlines()[2].count("✱") == 1 and "✱" not in table.splitlines()[3]
 
 
-def test_the_calibration_table_keeps_one_model_and_says_when_nothing_was_recorded() -> None:
+def test_the_calibration_table_keeps_one_model_and_says_when_nothing_was_recorded(
+    tmp_path: Path,
+) -> None:
     cell = lambda v: {"text": str(v), "value": v}  # noqa: E731
     columns = ["model", "step", "τ", "λ_reg", "mature", "valid %", "s / epoch"]
     rows = [
@@ -92,12 +94,14 @@ def test_the_calibration_table_keeps_one_model_and_says_when_nothing_was_recorde
     ]
     block = {
         "tables": [{"columns": columns, "rows": rows}],
-        "provenance": {"when": "then", "machine": "a CPU"},
+        "provenance": {"when": "2026-01-02 03:04 UTC", "machine": "CPU: AMD EPYC, 2 cores"},
     }
-    table = calibration_table({"cpu/calibration": block})
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"format": 1, "blocks": {"cpu/calibration": block}}))
+    table = calibration_table(results=results)
     assert "| 0.5 | 0.1 | raw | 97 | 2.0 |" in table and "| 11 |" not in table
-    assert "then on a CPU" in table
-    assert "not been recorded" in calibration_table({})
+    assert "Measured on 2-core CPU, 2026-01-02" in table
+    assert "not been recorded" in calibration_table(results=tmp_path / "none.json")
 
 
 @pytest.fixture(scope="module")

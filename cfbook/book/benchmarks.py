@@ -234,28 +234,24 @@ def benchmark_summary(
 
 
 def chunk_speed_text(
-    blocks: dict[str, dict[str, Any]], model: str = "resnet18", kind: str = "cuda"
+    model: str = "resnet18", kind: str = "cuda", *, results: str | Path | None = None
 ) -> str:
     """What searching more rows at once buys, from the throughput benchmark's rows for ``model``
     on ``kind``: counterfactuals per second at the smallest and the largest batch recorded, and
-    the time of 1,024 counterfactuals in chunks of the smallest batch against one chunk."""
-    block = blocks.get(f"{kind}/throughput")
-    rows = []
-    if block is not None:
-        table = block["tables"][0]
-        col = {name: i for i, name in enumerate(table["columns"])}
-        rows = sorted(
-            (int(r[col["nce"]]["value"]), float(r[col["Native cf/s"]]["value"]))
-            for r in table["rows"]
-            if r[col["model"]]["value"] == model
-        )
-    if len(rows) < 2:
+    the time of the largest batch's counterfactuals in chunks of the smallest against one."""
+    record = benchmark_record("throughput", kind, results=results)
+    rows = sorted(
+        (int(r["nce"]), float(r["Native cf/s"]))
+        for r in benchmark_table("throughput", kind, results=results) or []
+        if r["model"] == model
+    )
+    if record is None or len(rows) < 2:
         return f"The search's speed against its batch size is not yet measured on {kind}."
     (small, small_rate), (large, large_rate) = rows[0], rows[-1]
     chunks = large // small
-    steps = re.search(r"maxiter (\d+)", block["tables"][0]["title"])
+    steps = re.search(r"maxiter (\d+)", record["tables"][0]["title"])
     return (
-        f"On {run_label(block['provenance'])}, a {model} search of up to "
+        f"On {run_label(record['provenance'])}, a {model} search of up to "
         f"{steps.group(1) if steps else 'the default'} steps ran at "
         f"{small_rate:,.0f} counterfactuals per second with {small:,} rows at once and "
         f"{large_rate:,.0f} with {large:,}: {large:,} counterfactuals take about "

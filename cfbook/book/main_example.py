@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from cfbook.book.benchmarks import benchmark_record, benchmark_table, run_label
 from cfbook.book.evaluation import EvaluationConfig, gallery
 from cfbook.evaluation.protocol import PaperProtocol
 from cfbook.paper.grid import _trained
@@ -172,23 +173,19 @@ def main_example_galleries(
     return found["full"], found["vanilla"]
 
 
-def calibration_table(blocks: dict[str, dict[str, Any]], model: str = "resnet18") -> str:
+def calibration_table(model: str = "resnet18", *, results: str | Path | None = None) -> str:
     """The calibration benchmark's rows for ``model`` (validity by threshold, ridge weight and
     semantics) as a Markdown table, with the machine and date it was measured on; a sentence
     saying so when it was never recorded."""
-    block = blocks.get("cpu/calibration")
-    if block is None:
+    record = benchmark_record("calibration", "cpu", results=results)
+    if record is None:
         return "The calibration benchmark has not been recorded on this checkout."
-    table = block["tables"][0]
-    columns = table["columns"]
     keep = ["τ", "λ_reg", "mature", "valid %", "s / epoch"]
-    index = [columns.index(c) for c in keep]
     lines = ["| " + " | ".join(keep) + " |", "|" + "---:|" * len(keep)]
-    for row in table["rows"]:
-        if row[0]["value"] == model:
-            lines.append("| " + " | ".join(str(row[i]["text"]) for i in index) + " |")
-    p = block["provenance"]
-    return "\n".join(lines) + f"\n\n_Measured {p['when']} on {p['machine']}._"
+    for row in benchmark_table("calibration", "cpu", text=True, results=results) or []:
+        if row["model"] == model:
+            lines.append("| " + " | ".join(row[c] for c in keep) + " |")
+    return "\n".join(lines) + f"\n\n_Measured on {run_label(record['provenance'])}._"
 
 
 def weights_text(folder: Path) -> str:
