@@ -4,38 +4,12 @@
 // scripts/quarto_post_render.py, the nbconvert fallback from its template), so it works on the
 // figures as the executed notebooks store them:
 // - the mode bar is hidden, so it never covers a title (drag to zoom, double-click to reset);
-// - a title wider than its figure is wrapped onto more lines, the figure growing to hold them;
-// - a figure whose titles or labels still overlap or run out of it at the column's width is
-//   drawn wider and scrolls sideways inside its own box, instead of overlapping.
+// - a title wider than its figure is wrapped onto more lines, the figure growing to hold them.
+// The figures themselves are laid out to fit a phone's column (short titles, stacked panels);
+// the site tests check that none is wider than the column or has overlapping labels.
 // When done it sets data-cfbook-figures="fitted" on <html>; the site tests wait for it.
 (() => {
   "use strict";
-  const WIDTHS = [480, 600, 720, 840]; // the widths tried, in turn, for a crowded figure
-  const TEXT = ".g-gtitle .gtitle, .annotation-text-g, .g-xtitle text, .g-ytitle text, .legend .bg";
-
-  const texts = (gd, selector = TEXT) =>
-    Array.from(gd.querySelectorAll(selector))
-      .map((el) => [el, el.getBoundingClientRect()])
-      .filter(([el, box]) => box.width > 0 && box.height > 0 && (el.textContent.trim() || el.matches(".bg")));
-
-  const overlap = (a, b) =>
-    Math.min(a.right, b.right) - Math.max(a.left, b.left) > 2 &&
-    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 2;
-
-  // Whether any title or label runs out of the figure or overlaps another one.
-  const crowded = (gd, selector = TEXT) => {
-    const svg = gd.querySelector(".main-svg");
-    if (!svg) return false;
-    const edge = svg.getBoundingClientRect();
-    const boxes = texts(gd, selector);
-    if (boxes.some(([, b]) => b.left < edge.left - 1 || b.right > edge.right + 1 || b.top < edge.top - 1)) {
-      return true;
-    }
-    return boxes.some(([a, ab], i) =>
-      boxes.slice(i + 1).some(([b, bb]) => !a.contains(b) && !b.contains(a) && overlap(ab, bb)),
-    );
-  };
-
   // The figure's height, and the box around it that the notebook output fixed to that height.
   const grow = (gd, extra) => {
     const height = gd._fullLayout.height + extra;
@@ -78,26 +52,9 @@
     }
   };
 
-  // Draw a crowded figure wider, inside a box of the column's width that scrolls sideways.
-  const widen = async (gd, selector = TEXT) => {
-    const box = gd.parentElement;
-    for (const width of WIDTHS) {
-      if (!crowded(gd, selector)) return;
-      if (width <= gd.getBoundingClientRect().width) continue;
-      box.style.overflowX = "auto";
-      box.style.overflowY = "hidden";
-      box.style.height = "auto";
-      gd.style.minWidth = `${width}px`;
-      await window.Plotly.relayout(gd, { width });
-    }
-  };
-
   const fit = async (gd) => {
     try {
-      // Labels first: a figure drawn wider for them may have room for its title too.
-      await widen(gd, TEXT.replace(".g-gtitle .gtitle, ", ""));
       await wrapTitle(gd);
-      await widen(gd);
     } catch (error) {
       console.warn("cfbook: could not fit a figure", gd.id, error);
     }
